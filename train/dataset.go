@@ -1,0 +1,170 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/meshtrain/meshtrain/train/mnistdata"
+)
+
+// Dataset is a labelled classification dataset held in memory. It is never
+// written after construction, so any number of trainers and evaluations may
+// share one.
+type Dataset struct {
+	// Name identifies the data for fingerprints ("mnist", or the synthetic
+	// recipe): models trained on different data must never merge.
+	Name string
+	// N is the number of samples, Dim the features per sample and Classes
+	// the number of labels (labels are 0..Classes-1).
+	N, Dim, Classes int
+	// X holds N×Dim features, row-major; MNIST pixels are scaled to [0,1].
+	X []float32
+	// Y holds N labels.
+	Y []uint8
+}
+
+// NewDataset checks that x, y and the sizes agree and that every label is
+// below classes, then wraps them without copying.
+func NewDataset(name string, x []float32, y []uint8, dim, classes int) (*Dataset, error) {
+	switch {
+	case dim <= 0:
+		return nil, fmt.Errorf("%w: %s: dimension %d", ErrBadDataset, name, dim)
+	case classes < 2 || classes > 256:
+		return nil, fmt.Errorf("%w: %s: %d classes (want 2 to 256)", ErrBadDataset, name, classes)
+	case len(y) == 0:
+		return nil, fmt.Errorf("%w: %s: no samples", ErrBadDataset, name)
+	case len(x) != len(y)*dim:
+		return nil, fmt.Errorf("%w: %s: %d features for %d samples of dimension %d", ErrBadDataset, name, len(x), len(y), dim)
+	}
+	for i, l := range y {
+		if int(l) >= classes {
+			return nil, fmt.Errorf("%w: %s: sample %d has label %d, want below %d", ErrBadDataset, name, i, l, classes)
+		}
+	}
+	return &Dataset{Name: name, N: len(y), Dim: dim, Classes: classes, X: x, Y: y}, nil
+}
+
+// Row returns sample i's features (no copy).
+func (d *Dataset) Row(i int) []float32 { return d.X[i*d.Dim : (i+1)*d.Dim] }
+
+// ClassCounts returns how many samples carry each label.
+func (d *Dataset) ClassCounts() []int {
+	c := make([]int, d.Classes)
+	for _, l := range d.Y {
+		c[l]++
+	}
+	return c
+}
+
+// Subset copies the samples at idx into a new dataset with the same name.
+func (d *Dataset) Subset(idx []int) (*Dataset, error) {
+	x := make([]float32, 0, len(idx)*d.Dim)
+	y := make([]uint8, 0, len(idx))
+	for _, i := range idx {
+		if i < 0 || i >= d.N {
+			return nil, fmt.Errorf("%w: %s: index %d out of range [0,%d)", ErrBadDataset, d.Name, i, d.N)
+		}
+		x = append(x, d.Row(i)...)
+		y = append(y, d.Y[i])
+	}
+	return NewDataset(d.Name, x, y, d.Dim, d.Classes)
+}
+
+// MNIST sizes, checked when the files are read.
+const (
+	MNISTTrainSize = 60000
+	MNISTTestSize  = 10000
+	MNISTDim       = 28 * 28
+	MNISTClasses   = 10
+)
+
+// FromIDX builds a dataset from an images array (count×rows×cols or
+// count×features) and a labels array (count), scaling bytes to [0,1].
+func FromIDX(name string, images, labels *IDX, classes int) (*Dataset, error) {
+	if len(images.Dims) < 2 {
+		return nil, fmt.Errorf("%w: %s: images have dimensions %v, want count×features", ErrBadDataset, name, images.Dims)
+	}
+	if len(labels.Dims) != 1 {
+		return nil, fmt.Errorf("%w: %s: labels have dimensions %v, want one", ErrBadDataset, name, labels.Dims)
+	}
+	n := images.Dims[0]
+	if labels.Dims[0] != n {
+		return nil, fmt.Errorf("%w: %s: %d images but %d labels", ErrBadDataset, name, n, labels.Dims[0])
+	}
+	dim := len(images.Data) / n
+	x := make([]float32, len(images.Data))
+	for i, b := range images.Data {
+		x[i] = float32(b) / 255
+	}
+	return NewDataset(name, x, labels.Data, dim, classes)
+}
+
+// mnistFiles are the base names of the standard files; a directory may hold
+// them gzip-compressed (".gz") or plain.
+var mnistFiles = [4]string{
+	"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+	"t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
+}
+
+// LoadMNIST returns the 60000-sample training set and the 10000-sample test
+// set. dir == "" reads the files embedded in the binary; otherwise dir must
+// hold the four files under their standard names, each gzip-compressed
+// (".gz") or plain.
+func LoadMNIST(dir string) (trainSet, testSet *Dataset, err error) {
+	open := func(base string) (io.ReadCloser, string, error) {
+		if dir == "" {
+			f, err := mnistdata.Open(base + ".gz")
+			return f, "embedded " + base + ".gz", err
+		}
+		for _, name := range []string{base + ".gz", base} {
+			p := filepath.Join(dir, name)
+			f, err := os.Open(p)
+			if err == nil {
+				return f, p, nil
+			}
+			if !errors.Is(err, fs.ErrNotExist) {
+				return nil, p, err
+			}
+		}
+		return nil, filepath.Join(dir, base+"[.gz]"), fs.ErrNotExist
+	}
+	var arr [4]*IDX
+	for i, base := range mnistFiles {
+		f, where, err := open(base)
+		if err != nil {
+			return nil, nil, fmt.Errorf("train: open MNIST %s: %w", where, err)
+		}
+		arr[i], err = ReadIDX(f, 0)
+		f.Close()
+		if err != nil {
+			return nil, nil, fmt.Errorf("read MNIST %s: %w", where, err)
+		}
+	}
+	if err := checkMNIST(arr[0], arr[1], MNISTTrainSize); err != nil {
+		return nil, nil, fmt.Errorf("MNIST training files: %w", err)
+	}
+	if err := checkMNIST(arr[2], arr[3], MNISTTestSize); err != nil {
+		return nil, nil, fmt.Errorf("MNIST test files: %w", err)
+	}
+	if trainSet, err = FromIDX("mnist", arr[0], arr[1], MNISTClasses); err != nil {
+		return nil, nil, err
+	}
+	if testSet, err = FromIDX("mnist", arr[2], arr[3], MNISTClasses); err != nil {
+		return nil, nil, err
+	}
+	return trainSet, testSet, nil
+}
+
+func checkMNIST(images, labels *IDX, n int) error {
+	if len(images.Dims) != 3 || images.Dims[0] != n || images.Dims[1] != 28 || images.Dims[2] != 28 {
+		return fmt.Errorf("%w: images have dimensions %v, want [%d 28 28]", ErrBadDataset, images.Dims, n)
+	}
+	if len(labels.Dims) != 1 || labels.Dims[0] != n {
+		return fmt.Errorf("%w: labels have dimensions %v, want [%d]", ErrBadDataset, labels.Dims, n)
+	}
+	return nil
+}

@@ -1,0 +1,480 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/meshtrain/meshtrain/params"
+)
+
+// ErrDiverged reports a step whose loss is NaN or infinite; the update is
+// not applied.
+var ErrDiverged = errors.New("train: loss is not finite (learning rate too high?)")
+
+// Trainer is the built-in Go trainer: one model, its parameters and
+// momentum, an optimizer, a shard of a dataset and a schedule.
+//
+// Ownership. One goroutine, the trainer loop, calls Step back to back; it
+// is the only writer of the parameters during a step. Any goroutine may call
+// Snapshot, Stats, Evaluate and the read-only accessors at any time: they
+// copy under a read lock and never wait for a step's computation, only for
+// its short parameter update. Apply, State and Restore may also be called
+// from any goroutine: they wait for the step in progress to finish, so a
+// merge always lands between two steps. Emulated slowness (Slowdown) sleeps
+// outside every lock, so merges and snapshots proceed during it.
+type Trainer struct {
+	cfg   Config
+	model *Model
+	data  *Dataset
+	shard Shard
+	idx   []int // the shard's sample indices, sorted
+	sched Schedule
+	opt   SGD
+	fp    params.Fingerprint
+	log   *slog.Logger
+	clock clock
+	base  time.Duration
+
+	// stepMu serializes whole steps with Apply, State and Restore. The
+	// buffers below it belong to whoever holds it.
+	stepMu    sync.Mutex
+	ws        *Workspace
+	grad      []float32
+	xb        []float32
+	yb        []uint8
+	perm      []int // this epoch's order of idx
+	permEpoch int   // the epoch perm was built for; -1 before the first
+	pcg       rand.PCG
+	rng       *rand.Rand
+	spareW    []float32 // rollback copy for Apply, scratch for calibration
+	spareM    []float32
+
+	// mu guards the model and counters for readers. Writers hold stepMu
+	// too, so a holder of stepMu may read them without mu.
+	mu       sync.RWMutex
+	w, mom   []float32
+	step     int64
+	progress params.Progress
+	epoch    int
+	pos      int // samples of perm already consumed in this epoch
+	samples  int64
+	merges   int64
+	busy     time.Duration
+}
+
+// StepStats describes one step.
+type StepStats struct {
+	Step     int64           // steps taken, including this one
+	Epoch    int             // epoch the step's batch came from
+	Batch    int             // samples in the batch (the last of an epoch may be short)
+	Loss     float64         // mean cross-entropy of the batch before the update
+	LR       float64         // learning rate applied
+	Progress params.Progress // progress after the step
+	Compute  time.Duration   // gradient and update
+	Busy     time.Duration   // compute plus emulated slowness (the node "computing")
+	Duration time.Duration   // wall time of the call, including waiting for a merge
+}
+
+// Stats are cumulative counters since the trainer was built or restored.
+type Stats struct {
+	Steps         int64           `json:"steps"`
+	Samples       int64           `json:"samples"`
+	Merges        int64           `json:"merges"`
+	Epoch         int             `json:"epoch"`
+	Progress      params.Progress `json:"progress"`
+	Busy          time.Duration   `json:"busy"`
+	SamplesPerSec float64         `json:"samples_per_s"` // Samples / Busy
+	BaseStep      time.Duration   `json:"base_step"`
+}
+
+// New builds a trainer on the training set data: it validates cfg, picks the
+// shard, initializes the parameters from cfg.Seed and, when Slowdown > 1 and
+// BaseStep is 0, calibrates the base step time. data must stay unmodified
+// while the trainer lives.
+func New(cfg Config, data *Dataset) (*Trainer, error) {
+	return newTrainer(cfg, data, newRealClock())
+}
+
+func newTrainer(cfg Config, data *Dataset, clk clock) (*Trainer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if data == nil || data.N == 0 {
+		return nil, fmt.Errorf("%w: no training data", ErrBadDataset)
+	}
+	model, err := ParseModel(cfg.Model, data.Dim, data.Classes)
+	if err != nil {
+		return nil, err
+	}
+	shard, _ := ParseShard(cfg.Shard)
+	idx, err := ShardIndices(data, shard, cfg.Seed, cfg.Alpha)
+	if err != nil {
+		return nil, err
+	}
+	sched, _ := ParseSchedule(cfg.Schedule)
+	if sched.Kind == "cosine" && sched.Total == 0 {
+		sched.Total = float64(cfg.Epochs) * float64(len(idx))
+		if sched.Total <= sched.Warmup {
+			return nil, fmt.Errorf("%w: schedule %q: warmup reaches past the %v samples of %d epochs on this shard",
+				ErrBadConfig, cfg.Schedule, sched.Total, cfg.Epochs)
+		}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	n := model.Size()
+	t := &Trainer{
+		cfg: cfg, model: model, data: data, shard: shard, idx: idx, sched: sched,
+		opt:   SGD{Momentum: cfg.Momentum, WeightDecay: cfg.WeightDecay},
+		fp:    params.NewFingerprint(model.Layout(), data.Name, cfg.Network),
+		log:   log.With("component", "train"),
+		clock: clk,
+		ws:    model.NewWorkspace(cfg.Batch),
+		grad:  make([]float32, n),
+		xb:    make([]float32, cfg.Batch*data.Dim),
+		yb:    make([]uint8, cfg.Batch),
+		perm:  make([]int, len(idx)), permEpoch: -1,
+		spareW: make([]float32, n), spareM: make([]float32, n),
+		w: make([]float32, n), mom: make([]float32, n),
+	}
+	t.rng = rand.New(&t.pcg)
+	if err := model.Init(t.w, cfg.Seed); err != nil {
+		return nil, err
+	}
+	t.base = cfg.BaseStep
+	if cfg.Slowdown > 1 && t.base == 0 {
+		t.base = t.calibrate()
+		t.log.Info("calibrated base step", "base_step_s", t.base.Seconds(), "steps", cfg.CalibrationSteps,
+			"slowdown", cfg.Slowdown, "model", model.Spec(), "batch", cfg.Batch)
+	}
+	return t, nil
+}
+
+// calibrate times CalibrationSteps steps on copies of the parameters and
+// momentum, over the first batches of the current epoch, and returns the
+// median. The model, the position and the counters do not change.
+func (t *Trainer) calibrate() time.Duration {
+	t.stepMu.Lock()
+	defer t.stepMu.Unlock()
+	t.ensurePerm()
+	copy(t.spareW, t.w)
+	copy(t.spareM, t.mom)
+	times := make([]time.Duration, t.cfg.CalibrationSteps)
+	pos := t.pos
+	for i := range times {
+		if pos >= len(t.perm) {
+			pos = 0
+		}
+		start := t.clock.Now()
+		b := t.gather(pos)
+		// An error here can only be a bug in sizes the constructor set.
+		_, _ = t.model.Grad(t.ws, t.spareW, t.xb[:b*t.data.Dim], t.yb[:b], t.grad)
+		t.opt.Update(t.spareW, t.spareM, t.grad, t.cfg.LR*t.sched.Factor(t.progress+params.Progress(b)))
+		times[i] = t.clock.Now().Sub(start)
+		pos += b
+	}
+	slices.Sort(times)
+	return max(times[len(times)/2], time.Nanosecond)
+}
+
+// ensurePerm builds this epoch's order of the shard, deterministically from
+// the seeds and the epoch number, without allocating.
+func (t *Trainer) ensurePerm() {
+	if t.permEpoch == t.epoch {
+		return
+	}
+	t.pcg.Seed(t.cfg.Seed^0x6a09e667f3bcc908, splitmix(t.cfg.OrderSeed)^uint64(t.epoch))
+	copy(t.perm, t.idx)
+	for i := len(t.perm) - 1; i > 0; i-- {
+		j := t.rng.IntN(i + 1)
+		t.perm[i], t.perm[j] = t.perm[j], t.perm[i]
+	}
+	t.permEpoch = t.epoch
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// gather copies the batch starting at pos of perm into xb/yb and returns its
+// size.
+func (t *Trainer) gather(pos int) int {
+	b := min(t.cfg.Batch, len(t.perm)-pos)
+	dim := t.data.Dim
+	for r, i := range t.perm[pos : pos+b] {
+		copy(t.xb[r*dim:(r+1)*dim], t.data.X[i*dim:(i+1)*dim])
+		t.yb[r] = t.data.Y[i]
+	}
+	return b
+}
+
+// Step runs one training step: the next batch of the shard (reshuffled every
+// epoch), forward and backward, the SGD update, then, with Slowdown > 1, a
+// sleep until Slowdown × the base step time has passed since the step began.
+// ctx cancels that sleep; the update has then already been applied and Step
+// returns its stats with ctx's error. Call Step from one goroutine only.
+func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
+	if err := ctx.Err(); err != nil {
+		return StepStats{}, err
+	}
+	called := t.clock.Now()
+	t.stepMu.Lock()
+	start := t.clock.Now()
+	if t.done() {
+		t.stepMu.Unlock()
+		return StepStats{}, ErrDone
+	}
+	t.ensurePerm()
+	b := t.gather(t.pos)
+	loss, err := t.model.Grad(t.ws, t.w, t.xb[:b*t.data.Dim], t.yb[:b], t.grad)
+	if err == nil && (math.IsNaN(loss) || math.IsInf(loss, 0)) {
+		err = fmt.Errorf("%w: step %d, loss %v", ErrDiverged, t.step+1, loss)
+	}
+	if err != nil {
+		t.stepMu.Unlock()
+		return StepStats{}, err
+	}
+	lr := t.cfg.LR * t.sched.Factor(t.progress+params.Progress(b))
+	st := StepStats{Epoch: t.epoch, Batch: b, Loss: loss, LR: lr}
+
+	t.mu.Lock()
+	t.opt.Update(t.w, t.mom, t.grad, lr)
+	t.step++
+	t.progress = t.progress.Step(b)
+	t.samples += int64(b)
+	t.pos += b
+	if t.pos >= len(t.perm) {
+		t.epoch++
+		t.pos = 0
+	}
+	st.Step, st.Progress = t.step, t.progress
+	t.mu.Unlock()
+	t.stepMu.Unlock()
+
+	st.Compute = t.clock.Now().Sub(start)
+	if target := t.stepTarget(); target > st.Compute {
+		err = t.clock.Sleep(ctx, target-st.Compute)
+	}
+	end := t.clock.Now()
+	st.Busy, st.Duration = end.Sub(start), end.Sub(called)
+	t.mu.Lock()
+	t.busy += st.Busy
+	t.mu.Unlock()
+	return st, err
+}
+
+// stepTarget is how long a step must last under Slowdown (0: no emulation).
+func (t *Trainer) stepTarget() time.Duration {
+	if t.cfg.Slowdown <= 1 {
+		return 0
+	}
+	return time.Duration(t.cfg.Slowdown * float64(t.base))
+}
+
+func (t *Trainer) done() bool { return t.cfg.Epochs > 0 && t.epoch >= t.cfg.Epochs }
+
+// Done reports whether the configured epochs are complete.
+func (t *Trainer) Done() bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.done()
+}
+
+// Snapshot returns a deep copy of the parameters with the fingerprint, step
+// and progress; it is safe to use from any goroutine while training goes on.
+func (t *Trainer) Snapshot() params.Snapshot {
+	return t.SnapshotInto(nil)
+}
+
+// SnapshotInto is Snapshot reusing dst's storage when it is large enough.
+func (t *Trainer) SnapshotInto(dst []float32) params.Snapshot {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if cap(dst) < len(t.w) {
+		dst = make([]float32, len(t.w))
+	}
+	dst = dst[:len(t.w)]
+	copy(dst, t.w)
+	return params.Snapshot{Fingerprint: t.fp, Step: t.step, Progress: t.progress, Params: dst}
+}
+
+// Apply runs fn between two steps with the live parameters, momentum and
+// progress, for merges. fn may change all three in place; it must not keep
+// the slices or call back into the trainer. If fn fails, or leaves a NaN or
+// Inf or an invalid progress, everything is rolled back and Apply returns an
+// error wrapping ErrMerge.
+func (t *Trainer) Apply(fn func(w, momentum []float32, p *params.Progress) error) error {
+	t.stepMu.Lock()
+	defer t.stepMu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	copy(t.spareW, t.w)
+	copy(t.spareM, t.mom)
+	p := t.progress
+	err := fn(t.w, t.mom, &p)
+	if err == nil {
+		switch {
+		case params.CheckFinite(t.w) != nil:
+			err = errors.New("parameters hold NaN or Inf")
+		case params.CheckFinite(t.mom) != nil:
+			err = errors.New("momentum holds NaN or Inf")
+		case !p.Valid():
+			err = fmt.Errorf("progress %v is not finite and >= 0", float64(p))
+		}
+	}
+	if err != nil {
+		copy(t.w, t.spareW)
+		copy(t.mom, t.spareM)
+		return fmt.Errorf("%w: %w", ErrMerge, err)
+	}
+	t.progress = p
+	t.merges++
+	return nil
+}
+
+// State is everything a checkpoint needs to resume training bit for bit:
+// restored into a trainer built with the same Model, Seed, OrderSeed, Shard
+// and Alpha, the next steps are exactly the ones the saved trainer would
+// have taken.
+type State struct {
+	Model     string          `json:"model"`
+	Seed      uint64          `json:"seed"`
+	OrderSeed uint64          `json:"order_seed"`
+	Shard     string          `json:"shard"`
+	Alpha     float64         `json:"alpha"`
+	Params    []float32       `json:"-"`
+	Momentum  []float32       `json:"-"`
+	Step      int64           `json:"step"`
+	Progress  params.Progress `json:"progress"`
+	Epoch     int             `json:"epoch"`
+	// Pos is how many samples of the epoch's permutation were consumed.
+	Pos     int           `json:"pos"`
+	Samples int64         `json:"samples"`
+	Merges  int64         `json:"merges"`
+	Busy    time.Duration `json:"busy_ns"`
+}
+
+// State exports a deep copy of the trainer's state, between two steps.
+func (t *Trainer) State() State {
+	t.stepMu.Lock()
+	defer t.stepMu.Unlock()
+	return State{
+		Model: t.model.Spec(), Seed: t.cfg.Seed, OrderSeed: t.cfg.OrderSeed, Shard: t.shard.String(), Alpha: t.cfg.Alpha,
+		Params: slices.Clone(t.w), Momentum: slices.Clone(t.mom),
+		Step: t.step, Progress: t.progress, Epoch: t.epoch, Pos: t.pos,
+		Samples: t.samples, Merges: t.merges, Busy: t.busy,
+	}
+}
+
+// Restore replaces the trainer's state with s (copied), between two steps.
+// It refuses, wrapping ErrBadState, a state made for another model or data
+// order, or one with wrong sizes, NaNs or out-of-range counters.
+func (t *Trainer) Restore(s State) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrBadState}, a...)...)
+	}
+	n := t.model.Size()
+	switch {
+	case s.Model != t.model.Spec():
+		return bad("model %q, trainer has %q", s.Model, t.model.Spec())
+	case s.Seed != t.cfg.Seed || s.OrderSeed != t.cfg.OrderSeed || s.Shard != t.shard.String() || s.Alpha != t.cfg.Alpha:
+		return bad("data order (seed %d, order seed %d, shard %s, alpha %v) differs from the trainer's (%d, %d, %s, %v)",
+			s.Seed, s.OrderSeed, s.Shard, s.Alpha, t.cfg.Seed, t.cfg.OrderSeed, t.shard, t.cfg.Alpha)
+	case len(s.Params) != n || len(s.Momentum) != n:
+		return bad("%d parameters and %d momentum values, want %d", len(s.Params), len(s.Momentum), n)
+	case params.CheckFinite(s.Params) != nil || params.CheckFinite(s.Momentum) != nil:
+		return bad("parameters or momentum hold NaN or Inf")
+	case !s.Progress.Valid() || s.Step < 0 || s.Samples < 0 || s.Merges < 0 || s.Busy < 0:
+		return bad("negative or non-finite counters")
+	case s.Epoch < 0 || s.Pos < 0 || s.Pos >= len(t.idx):
+		return bad("epoch %d position %d outside a shard of %d", s.Epoch, s.Pos, len(t.idx))
+	}
+	t.stepMu.Lock()
+	defer t.stepMu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	copy(t.w, s.Params)
+	copy(t.mom, s.Momentum)
+	t.step, t.progress, t.epoch, t.pos = s.Step, s.Progress, s.Epoch, s.Pos
+	t.samples, t.merges, t.busy = s.Samples, s.Merges, s.Busy
+	return nil
+}
+
+// Stats returns the cumulative counters.
+func (t *Trainer) Stats() Stats {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	s := Stats{Steps: t.step, Samples: t.samples, Merges: t.merges, Epoch: t.epoch,
+		Progress: t.progress, Busy: t.busy, BaseStep: t.base}
+	if t.busy > 0 {
+		s.SamplesPerSec = float64(t.samples) / t.busy.Seconds()
+	}
+	return s
+}
+
+// Evaluate scores a snapshot of the current parameters on d with
+// cfg.Threads goroutines; the trainer's own buffers are not touched.
+func (t *Trainer) Evaluate(d *Dataset) (EvalResult, error) {
+	s := t.Snapshot()
+	return Evaluate(t.model, s.Params, d, 0, t.cfg.Threads)
+}
+
+// Model returns the (immutable) model.
+func (t *Trainer) Model() *Model { return t.model }
+
+// Fingerprint identifies the model, dataset and network.
+func (t *Trainer) Fingerprint() params.Fingerprint { return t.fp }
+
+// Config returns the configuration the trainer was built with.
+func (t *Trainer) Config() Config { return t.cfg }
+
+// Shard returns the shard and ShardSize its number of samples.
+func (t *Trainer) Shard() Shard       { return t.shard }
+func (t *Trainer) ShardSize() int     { return len(t.idx) }
+func (t *Trainer) Schedule() Schedule { return t.sched }
+
+// BaseStep is the solo step time Slowdown multiplies (given or calibrated;
+// 0 when Slowdown is 1 and none was given).
+func (t *Trainer) BaseStep() time.Duration { return t.base }
+
+// clock lets tests replace time: pure step logic asks it for the time and
+// for interruptible sleeps.
+type clock interface {
+	Now() time.Time
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// realClock reuses one timer so that emulated slowness allocates nothing
+// per step; like the rest of the step path it belongs to the trainer loop.
+type realClock struct{ timer *time.Timer }
+
+func newRealClock() *realClock {
+	tm := time.NewTimer(time.Hour)
+	tm.Stop()
+	return &realClock{timer: tm}
+}
+
+func (*realClock) Now() time.Time { return time.Now() }
+
+func (c *realClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.timer.Reset(d)
+	select {
+	case <-c.timer.C:
+		return nil
+	case <-ctx.Done():
+		// Since Go 1.23 Stop leaves no stale tick behind for the next Reset.
+		c.timer.Stop()
+		return ctx.Err()
+	}
+}
