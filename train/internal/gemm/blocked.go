@@ -5,16 +5,23 @@ import (
 	"unsafe"
 )
 
-// Register tile of the micro-kernel: mr rows of C by nr columns, so 12 of the
-// 16 AVX2 registers hold accumulators.
-const (
-	mr = 6
-	nr = 16
-)
+// kernelFunc computes C[0:mr, 0:nr] = alpha*Ap*Bp + beta*C, where Ap is an
+// mr-row panel and Bp an nr-column panel of length kc as packA and packB lay
+// them out. C is read only when beta is not 0.
+type kernelFunc func(kc int, a, b, c []float32, ldc int, alpha, beta float32)
 
-// Cache blocking. A kc×nr panel of packed B (16 KiB) stays in L1 while the
-// kernel streams mr×kc panels of packed A from an mc×kc block (144 KiB) kept
-// in L2; nc bounds the packed B block.
+// microKernel is a register tile shape and the code that computes it.
+type microKernel struct {
+	mr, nr int
+	run    kernelFunc
+}
+
+// maxTile bounds mr*nr over all kernels, for the edge scratch tile.
+const maxTile = 16 * 16
+
+// Cache blocking. A kc×nr panel of packed B (16 KiB at nr=16) stays in L1
+// while the kernel streams mr×kc panels of packed A from an mc×kc block
+// (144 KiB) kept in L2; nc bounds the packed B block.
 const (
 	kcMax = 256
 	mcMax = 144
@@ -48,11 +55,13 @@ func (w *workspace) floats(n int) []float32 {
 // blocked computes C = alpha*op(A)*op(B) + beta*C for m, n, k > 0 by packing
 // op(A) and op(B) into the micro-kernel's panel layout block by block.
 func blocked(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	mk := kernels[level]
+	mr, nr := mk.mr, mk.nr
 	// Equal k blocks avoid a thin last block that would pay the packing and
 	// C update cost for little work.
 	kb := (k + kcMax - 1) / kcMax
 	kc0 := (k + kb - 1) / kb
-	mc0 := min(mcMax, roundUp(m, mr))
+	mc0 := min(mcMax/mr*mr, roundUp(m, mr))
 	nc0 := min(ncMax, roundUp(n, nr))
 
 	ws := workspaces.Get().(*workspace)
@@ -64,7 +73,7 @@ func blocked(transA, transB bool, m, n, k int, alpha float32, a []float32, lda i
 		nc := min(nc0, n-jc)
 		for pc := 0; pc < k; pc += kc0 {
 			kc := min(kc0, k-pc)
-			packB(transB, b, ldb, pc, kc, jc, nc, pb)
+			packB(transB, b, ldb, pc, kc, jc, nc, nr, pb)
 			// Later k blocks add to what the first one stored.
 			bet := beta
 			if pc > 0 {
@@ -72,8 +81,8 @@ func blocked(transA, transB bool, m, n, k int, alpha float32, a []float32, lda i
 			}
 			for ic := 0; ic < m; ic += mc0 {
 				mc := min(mc0, m-ic)
-				packA(transA, a, lda, ic, mc, pc, kc, pa)
-				macro(mc, nc, kc, alpha, pa, pb, bet, c[ic*ldc+jc:], ldc)
+				packA(transA, a, lda, ic, mc, pc, kc, mr, pa)
+				macro(mk, mc, nc, kc, alpha, pa, pb, bet, c[ic*ldc+jc:], ldc)
 			}
 		}
 	}
@@ -84,8 +93,9 @@ func roundUp(x, unit int) int { return (x + unit - 1) / unit * unit }
 // macro multiplies a packed mc×kc block of A by a packed kc×nc block of B
 // into C. Edge tiles go through a full-size scratch tile so the kernel never
 // touches memory outside C.
-func macro(mc, nc, kc int, alpha float32, pa, pb []float32, beta float32, c []float32, ldc int) {
-	var tile [mr * nr]float32
+func macro(mk microKernel, mc, nc, kc int, alpha float32, pa, pb []float32, beta float32, c []float32, ldc int) {
+	mr, nr := mk.mr, mk.nr
+	var tile [maxTile]float32
 	for jr := 0; jr < nc; jr += nr {
 		nw := min(nr, nc-jr)
 		bp := pb[jr*kc : jr*kc+kc*nr]
@@ -93,10 +103,10 @@ func macro(mc, nc, kc int, alpha float32, pa, pb []float32, beta float32, c []fl
 			mh := min(mr, mc-ir)
 			ap := pa[ir*kc : ir*kc+kc*mr]
 			if mh == mr && nw == nr {
-				kernel(kc, ap, bp, c[ir*ldc+jr:], ldc, alpha, beta)
+				mk.run(kc, ap, bp, c[ir*ldc+jr:], ldc, alpha, beta)
 				continue
 			}
-			kernel(kc, ap, bp, tile[:], nr, 1, 0)
+			mk.run(kc, ap, bp, tile[:], nr, 1, 0)
 			for i := range mh {
 				row := c[(ir+i)*ldc+jr : (ir+i)*ldc+jr+nw]
 				t := tile[i*nr : i*nr+nw]
@@ -117,43 +127,38 @@ func macro(mc, nc, kc int, alpha float32, pa, pb []float32, beta float32, c []fl
 // packA copies op(A)[i0:i0+mc, p0:p0+kc] into panels of mr rows: panel r
 // holds, for each p, the mr values op(A)[i0+r*mr+0..mr-1, p0+p] in a row.
 // Rows past mc are zero so edge tiles need no special kernel.
-func packA(trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float32) {
+func packA(trans bool, a []float32, lda, i0, mc, p0, kc, mr int, dst []float32) {
 	for ir := 0; ir < mc; ir += mr {
 		mh := min(mr, mc-ir)
 		panel := dst[ir*kc : ir*kc+kc*mr]
+		if mh < mr {
+			clear(panel)
+		}
 		if trans {
 			// op(A)[i][p] = A[p][i]: each p is a contiguous run of rows.
 			for p := range kc {
 				src := a[(p0+p)*lda+i0+ir:]
-				d := panel[p*mr : p*mr+mr]
-				if mh == mr {
-					d[0], d[1], d[2], d[3], d[4], d[5] = src[0], src[1], src[2], src[3], src[4], src[5]
-					continue
+				d := panel[p*mr:]
+				switch {
+				case mh == 16:
+					*(*[16]float32)(d) = *(*[16]float32)(src)
+				case mh == 6:
+					*(*[6]float32)(d) = *(*[6]float32)(src)
+				default:
+					copy(d[:mh], src)
 				}
-				copy(d, src[:mh])
-				clear(d[mh:])
 			}
 			continue
 		}
-		if mh == mr {
-			s0 := a[(i0+ir)*lda+p0:][:kc]
-			s1 := a[(i0+ir+1)*lda+p0:][:kc]
-			s2 := a[(i0+ir+2)*lda+p0:][:kc]
-			s3 := a[(i0+ir+3)*lda+p0:][:kc]
-			s4 := a[(i0+ir+4)*lda+p0:][:kc]
-			s5 := a[(i0+ir+5)*lda+p0:][:kc]
-			for p := range kc {
-				d := panel[p*mr : p*mr+mr]
-				d[0], d[1], d[2], d[3], d[4], d[5] = s0[p], s1[p], s2[p], s3[p], s4[p], s5[p]
-			}
+		if mh == 16 && transpose16(a[(i0+ir)*lda+p0:], lda, kc, panel) {
 			continue
 		}
-		for p := range kc {
-			d := panel[p*mr : p*mr+mr]
-			for i := range mh {
-				d[i] = a[(i0+ir+i)*lda+p0+p]
+		for i := range mh {
+			src := a[(i0+ir+i)*lda+p0:][:kc]
+			d := panel[i:]
+			for p, v := range src {
+				d[p*mr] = v
 			}
-			clear(d[mh:])
 		}
 	}
 }
@@ -161,44 +166,35 @@ func packA(trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float32) {
 // packB copies op(B)[p0:p0+kc, j0:j0+nc] into panels of nr columns: panel r
 // holds, for each p, the nr values op(B)[p0+p, j0+r*nr+0..nr-1] in a row.
 // Columns past nc are zero.
-func packB(trans bool, b []float32, ldb, p0, kc, j0, nc int, dst []float32) {
+func packB(trans bool, b []float32, ldb, p0, kc, j0, nc, nr int, dst []float32) {
 	for jr := 0; jr < nc; jr += nr {
 		nw := min(nr, nc-jr)
 		panel := dst[jr*kc : jr*kc+kc*nr]
-		if !trans {
-			for p := range kc {
-				src := b[(p0+p)*ldb+j0+jr:]
-				d := panel[p*nr : p*nr+nr]
-				if nw == nr {
-					*(*[nr]float32)(d) = *(*[nr]float32)(src)
-					continue
-				}
-				copy(d, src[:nw])
-				clear(d[nw:])
-			}
-			continue
-		}
 		if nw < nr {
 			clear(panel)
 		}
-		// op(B)[p][j] = B[j][p]: read four rows of B at a time so each pass
-		// writes four neighbouring floats of every packed row.
-		j := 0
-		for ; j+4 <= nw; j += 4 {
-			s0 := b[(j0+jr+j)*ldb+p0:][:kc]
-			s1 := b[(j0+jr+j+1)*ldb+p0:][:kc]
-			s2 := b[(j0+jr+j+2)*ldb+p0:][:kc]
-			s3 := b[(j0+jr+j+3)*ldb+p0:][:kc]
-			for p := range kc {
-				d := panel[p*nr+j : p*nr+j+4]
-				d[0], d[1], d[2], d[3] = s0[p], s1[p], s2[p], s3[p]
+		if trans {
+			// op(B)[p][j] = B[j][p]: each column of the panel is a row of B.
+			if nw == 16 && transpose16(b[(j0+jr)*ldb+p0:], ldb, kc, panel) {
+				continue
 			}
+			for j := range nw {
+				src := b[(j0+jr+j)*ldb+p0:][:kc]
+				d := panel[j:]
+				for p, v := range src {
+					d[p*nr] = v
+				}
+			}
+			continue
 		}
-		for ; j < nw; j++ {
-			s := b[(j0+jr+j)*ldb+p0:][:kc]
-			for p := range kc {
-				panel[p*nr+j] = s[p]
+		for p := range kc {
+			src := b[(p0+p)*ldb+j0+jr:]
+			d := panel[p*nr:]
+			if nw == 16 {
+				*(*[16]float32)(d) = *(*[16]float32)(src)
+				continue
 			}
+			copy(d[:nw], src)
 		}
 	}
 }

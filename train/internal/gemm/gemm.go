@@ -94,9 +94,10 @@ func SgemmParallel(threads int, transA, transB bool, m, n, k int, alpha float32,
 	// Split the dimension whose split duplicates the cheaper packing: each
 	// part packs the whole of the operand it does not split.
 	splitN := m <= n
-	span, unit := m, mr
+	mk := kernels[level]
+	span, unit := m, mk.mr
 	if splitN {
-		span, unit = n, nr
+		span, unit = n, mk.nr
 	}
 	threads = min(threads, (span+unit-1)/unit)
 	if threads <= 1 {

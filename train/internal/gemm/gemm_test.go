@@ -108,14 +108,18 @@ func (p problem) sgemm(c []float32) {
 	Sgemm(p.transA, p.transB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
 }
 
-// withKernel runs the test once per available kernel.
+// withKernel runs the test once per kernel this CPU can run, the portable
+// one included.
 func withKernel(t *testing.T, f func(t *testing.T)) {
-	saved := useAsm
-	t.Cleanup(func() { useAsm = saved })
-	if saved {
-		t.Run("asm", func(t *testing.T) { useAsm = true; f(t) })
+	saved := level
+	t.Cleanup(func() { level = saved })
+	for l := range detectLevel() + 1 {
+		mk := kernels[l]
+		t.Run(fmt.Sprintf("level%d_%dx%d", l, mk.mr, mk.nr), func(t *testing.T) {
+			level = l
+			f(t)
+		})
 	}
-	t.Run("generic", func(t *testing.T) { useAsm = false; f(t) })
 }
 
 var (
@@ -142,8 +146,8 @@ func TestSgemmBlocking(t *testing.T) {
 	withKernel(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(3, 4))
 		shapes := [][3]int{
-			{mcMax + 1, 17, 5}, {mcMax - 1, nr*2 + 3, kcMax + 1},
-			{7, ncMax + 5, 3}, {13, 19, 2*kcMax + 7}, {mr, nr, kcMax},
+			{mcMax + 1, 17, 5}, {mcMax - 1, 35, kcMax + 1}, {mcMax + 17, 33, 3},
+			{7, ncMax + 5, 3}, {13, 19, 2*kcMax + 7}, {6, 16, kcMax}, {16, 16, 9},
 			{64, 10, 128}, {10, 128, 64}, {64, 128, 10}, {97, 89, 83},
 		}
 		for _, s := range shapes {

@@ -4,23 +4,66 @@ package gemm
 
 import "golang.org/x/sys/cpu"
 
-// useAsm selects the AVX2+FMA kernel. Tests turn it off to exercise the
-// portable kernel on the same machine.
-var useAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+const (
+	levelAVX2 = iota + 1
+	levelAVX512
+)
 
-// kernel computes C[0:mr, 0:nr] = alpha*Ap*Bp + beta*C; see kernelGeneric.
-func kernel(kc int, a, b, c []float32, ldc int, alpha, beta float32) {
-	if !useAsm {
-		kernelGeneric(kc, a, b, c, ldc, alpha, beta)
-		return
+var kernels = [...]microKernel{
+	levelGeneric: {genericMR, genericNR, kernelGeneric},
+	levelAVX2:    {6, 16, avx2Kernel},
+	levelAVX512:  {16, 16, avx512Kernel},
+}
+
+func detectLevel() int {
+	switch {
+	case cpu.X86.HasAVX512F:
+		return levelAVX512
+	case cpu.X86.HasAVX2 && cpu.X86.HasFMA:
+		return levelAVX2
 	}
-	// The assembly trusts its pointers; these checks keep a driver bug a
-	// Go panic instead of a stray write.
-	_ = a[kc*mr-1]
-	_ = b[kc*nr-1]
-	_ = c[(mr-1)*ldc+nr-1]
-	kernelAVX2(kc, &a[0], &b[0], &c[0], ldc, alpha, beta)
+	return levelGeneric
+}
+
+// The assembly trusts its pointers; the index checks in these wrappers keep
+// a driver bug a Go panic instead of a stray write.
+
+func avx2Kernel(kc int, a, b, c []float32, ldc int, alpha, beta float32) {
+	_ = a[kc*6-1]
+	_ = b[kc*16-1]
+	_ = c[5*ldc+15]
+	kernel6x16AVX2(kc, &a[0], &b[0], &c[0], ldc, alpha, beta)
+}
+
+func avx512Kernel(kc int, a, b, c []float32, ldc int, alpha, beta float32) {
+	_ = a[kc*16-1]
+	_ = b[kc*16-1]
+	_ = c[15*ldc+15]
+	kernel16x16AVX512(kc, &a[0], &b[0], &c[0], ldc, alpha, beta)
 }
 
 //go:noescape
-func kernelAVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32)
+func kernel6x16AVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func kernel16x16AVX512(kc int, a, b, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func transpose16AVX512(kc int, src *float32, idx *int32, dst *float32)
+
+// transpose16 sets dst[p*16+j] = src[j*ld+p] for p < kc, j < 16 with vector
+// gathers, and reports false when it cannot: no AVX-512 kernel in use, or
+// offsets too large for the gather's 32-bit indices.
+func transpose16(src []float32, ld, kc int, dst []float32) bool {
+	if level != levelAVX512 || ld > (1<<31-1)/16 {
+		return false
+	}
+	_ = src[15*ld+kc-1]
+	_ = dst[kc*16-1]
+	var idx [16]int32
+	for j := range idx {
+		idx[j] = int32(j * ld)
+	}
+	transpose16AVX512(kc, &src[0], &idx[0], &dst[0])
+	return true
+}

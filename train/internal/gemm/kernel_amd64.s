@@ -44,8 +44,8 @@
 	VMOVUPS hi, 32(DX)    \
 	ADDQ    R8, DX
 
-// func kernelAVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32)
-TEXT ·kernelAVX2(SB), NOSPLIT, $0-48
+// func kernel6x16AVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32)
+TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-48
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DI
@@ -115,5 +115,158 @@ store:
 	STORE(Y6, Y7)
 	STORE(Y8, Y9)
 	STORE(Y10, Y11)
+	VZEROUPPER
+	RET
+
+// One step of p for the 16×16 AVX-512 tile: one B panel row against the
+// sixteen A values of the same p, each broadcast straight from memory.
+#define STEP16(aoff, boff) \
+	VMOVUPS          boff(DI), Z16       \
+	VFMADD231PS.BCST aoff(SI), Z16, Z0   \
+	VFMADD231PS.BCST aoff+4(SI), Z16, Z1   \
+	VFMADD231PS.BCST aoff+8(SI), Z16, Z2   \
+	VFMADD231PS.BCST aoff+12(SI), Z16, Z3  \
+	VFMADD231PS.BCST aoff+16(SI), Z16, Z4  \
+	VFMADD231PS.BCST aoff+20(SI), Z16, Z5  \
+	VFMADD231PS.BCST aoff+24(SI), Z16, Z6  \
+	VFMADD231PS.BCST aoff+28(SI), Z16, Z7  \
+	VFMADD231PS.BCST aoff+32(SI), Z16, Z8  \
+	VFMADD231PS.BCST aoff+36(SI), Z16, Z9  \
+	VFMADD231PS.BCST aoff+40(SI), Z16, Z10 \
+	VFMADD231PS.BCST aoff+44(SI), Z16, Z11 \
+	VFMADD231PS.BCST aoff+48(SI), Z16, Z12 \
+	VFMADD231PS.BCST aoff+52(SI), Z16, Z13 \
+	VFMADD231PS.BCST aoff+56(SI), Z16, Z14 \
+	VFMADD231PS.BCST aoff+60(SI), Z16, Z15
+
+// C row = alpha*acc + beta*C row, with alpha in Z17 and beta in Z18.
+#define UPDATE16(acc) \
+	VMULPS      (DX), Z18, Z19 \
+	VFMADD231PS acc, Z17, Z19  \
+	VMOVUPS     Z19, (DX)      \
+	ADDQ        R8, DX
+
+#define STORE16(acc) \
+	VMULPS  acc, Z17, acc \
+	VMOVUPS acc, (DX)     \
+	ADDQ    R8, DX
+
+// func kernel16x16AVX512(kc int, a, b, c *float32, ldc int, alpha, beta float32)
+TEXT ·kernel16x16AVX512(SB), NOSPLIT, $0-48
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ c+24(FP), DX
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+
+	MOVQ  CX, BX
+	SHRQ  $2, BX
+	ANDQ  $3, CX
+	TESTQ BX, BX
+	JZ    tail16
+
+loop16x4:
+	STEP16(0, 0)
+	STEP16(64, 64)
+	STEP16(128, 128)
+	STEP16(192, 192)
+	ADDQ $256, SI
+	ADDQ $256, DI
+	DECQ BX
+	JNZ  loop16x4
+
+tail16:
+	TESTQ CX, CX
+	JZ    update16
+
+loop16x1:
+	STEP16(0, 0)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  loop16x1
+
+update16:
+	VBROADCASTSS alpha+40(FP), Z17
+	MOVL         beta+44(FP), AX
+	SHLL         $1, AX            // drop the sign: -0 counts as 0
+	JZ           store16
+	VBROADCASTSS beta+44(FP), Z18
+	UPDATE16(Z0)
+	UPDATE16(Z1)
+	UPDATE16(Z2)
+	UPDATE16(Z3)
+	UPDATE16(Z4)
+	UPDATE16(Z5)
+	UPDATE16(Z6)
+	UPDATE16(Z7)
+	UPDATE16(Z8)
+	UPDATE16(Z9)
+	UPDATE16(Z10)
+	UPDATE16(Z11)
+	UPDATE16(Z12)
+	UPDATE16(Z13)
+	UPDATE16(Z14)
+	UPDATE16(Z15)
+	VZEROUPPER
+	RET
+
+store16:
+	STORE16(Z0)
+	STORE16(Z1)
+	STORE16(Z2)
+	STORE16(Z3)
+	STORE16(Z4)
+	STORE16(Z5)
+	STORE16(Z6)
+	STORE16(Z7)
+	STORE16(Z8)
+	STORE16(Z9)
+	STORE16(Z10)
+	STORE16(Z11)
+	STORE16(Z12)
+	STORE16(Z13)
+	STORE16(Z14)
+	STORE16(Z15)
+	VZEROUPPER
+	RET
+
+// func transpose16AVX512(kc int, src *float32, idx *int32, dst *float32)
+//
+// dst[p*16+j] = src[idx[j]+p] for p < kc, j < 16: sixteen strided rows
+// become kc packed rows of sixteen.
+TEXT ·transpose16AVX512(SB), NOSPLIT, $0-32
+	MOVQ    kc+0(FP), CX
+	MOVQ    src+8(FP), SI
+	MOVQ    idx+16(FP), AX
+	MOVQ    dst+24(FP), DI
+	VMOVDQU32 (AX), Z1
+
+loopT16:
+	KXNORW     K1, K1, K1
+	VGATHERDPS (SI)(Z1*4), K1, Z0
+	VMOVUPS    Z0, (DI)
+	ADDQ       $4, SI
+	ADDQ       $64, DI
+	DECQ       CX
+	JNZ        loopT16
 	VZEROUPPER
 	RET

@@ -1,12 +1,24 @@
 package gemm
 
-// kernelGeneric is the portable micro-kernel: C[0:mr, 0:nr] = alpha*Ap*Bp +
-// beta*C with Ap an mr-row panel and Bp an nr-column panel of length kc, in
-// the layout packA and packB produce. C is read only when beta is not 0.
+// level indexes kernels: the micro-kernel in use. It starts at the best one
+// the CPU runs; tests lower it to cover the others.
+var level = detectLevel()
+
+const levelGeneric = 0
+
+// The portable kernel's tile: six rows keep three 2×4 passes per column
+// group, sixteen columns match the AVX2 layout.
+const (
+	genericMR = 6
+	genericNR = 16
+)
+
+// kernelGeneric is the portable kernelFunc for a genericMR×genericNR tile.
 //
 // It works on 2×4 sub-tiles so the eight running sums fit in registers; the
 // packed panels are small enough to stay in L1 across the twelve passes.
 func kernelGeneric(kc int, a, b, c []float32, ldc int, alpha, beta float32) {
+	const mr, nr = genericMR, genericNR
 	a = a[:kc*mr]
 	b = b[:kc*nr]
 	for i := 0; i < mr; i += 2 {

@@ -2,9 +2,10 @@
 
 package gemm
 
-// useAsm is always false here: there is no assembly kernel for this target.
-var useAsm = false
-
-func kernel(kc int, a, b, c []float32, ldc int, alpha, beta float32) {
-	kernelGeneric(kc, a, b, c, ldc, alpha, beta)
+var kernels = [...]microKernel{
+	levelGeneric: {genericMR, genericNR, kernelGeneric},
 }
+
+func detectLevel() int { return levelGeneric }
+
+func transpose16(src []float32, ld, kc int, dst []float32) bool { return false }
