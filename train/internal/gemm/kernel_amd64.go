@@ -52,10 +52,10 @@ func kernel16x16AVX512(kc int, a, b, c *float32, ldc int, alpha, beta float32)
 func transpose16AVX512(kc int, src *float32, idx *int32, dst *float32)
 
 // transpose16 sets dst[p*16+j] = src[j*ld+p] for p < kc, j < 16 with vector
-// gathers, and reports false when it cannot: no AVX-512 kernel in use, or
+// gathers, and reports false when it cannot: no assembly kernel in use, or
 // offsets too large for the gather's 32-bit indices.
 func transpose16(src []float32, ld, kc int, dst []float32) bool {
-	if level != levelAVX512 || ld > (1<<31-1)/16 {
+	if level == levelGeneric || ld > (1<<31-1)/16 {
 		return false
 	}
 	_ = src[15*ld+kc-1]
@@ -64,6 +64,13 @@ func transpose16(src []float32, ld, kc int, dst []float32) bool {
 	for j := range idx {
 		idx[j] = int32(j * ld)
 	}
-	transpose16AVX512(kc, &src[0], &idx[0], &dst[0])
+	if level == levelAVX512 {
+		transpose16AVX512(kc, &src[0], &idx[0], &dst[0])
+	} else {
+		transpose16AVX2(kc, &src[0], &idx[0], &dst[0])
+	}
 	return true
 }
+
+//go:noescape
+func transpose16AVX2(kc int, src *float32, idx *int32, dst *float32)

@@ -270,3 +270,29 @@ loopT16:
 	JNZ        loopT16
 	VZEROUPPER
 	RET
+
+// func transpose16AVX2(kc int, src *float32, idx *int32, dst *float32)
+//
+// transpose16AVX512 with two eight-lane gathers per packed row.
+TEXT ·transpose16AVX2(SB), NOSPLIT, $0-32
+	MOVQ    kc+0(FP), CX
+	MOVQ    src+8(FP), SI
+	MOVQ    idx+16(FP), AX
+	MOVQ    dst+24(FP), DI
+	VMOVDQU (AX), Y2
+	VMOVDQU 32(AX), Y3
+	VPCMPEQD Y4, Y4, Y4
+
+loopT8:
+	VMOVDQA    Y4, Y5
+	VGATHERDPS Y5, (SI)(Y2*4), Y0
+	VMOVDQA    Y4, Y6
+	VGATHERDPS Y6, (SI)(Y3*4), Y1
+	VMOVUPS    Y0, (DI)
+	VMOVUPS    Y1, 32(DI)
+	ADDQ       $4, SI
+	ADDQ       $64, DI
+	DECQ       CX
+	JNZ        loopT8
+	VZEROUPPER
+	RET

@@ -24,18 +24,23 @@ func kernelGeneric(kc int, a, b, c []float32, ldc int, alpha, beta float32) {
 	for i := 0; i < mr; i += 2 {
 		for j := 0; j < nr; j += 4 {
 			var s00, s01, s02, s03, s10, s11, s12, s13 float32
+			// Loading each b value right before its two uses keeps the live
+			// values within the register file.
 			for p := range kc {
-				av := a[p*mr+i : p*mr+i+2]
-				bv := b[p*nr+j : p*nr+j+4]
+				av := (*[2]float32)(a[p*mr+i:])
+				bv := (*[4]float32)(b[p*nr+j:])
 				a0, a1 := av[0], av[1]
-				b0, b1, b2, b3 := bv[0], bv[1], bv[2], bv[3]
+				b0 := bv[0]
 				s00 += a0 * b0
-				s01 += a0 * b1
-				s02 += a0 * b2
-				s03 += a0 * b3
 				s10 += a1 * b0
+				b1 := bv[1]
+				s01 += a0 * b1
 				s11 += a1 * b1
+				b2 := bv[2]
+				s02 += a0 * b2
 				s12 += a1 * b2
+				b3 := bv[3]
+				s03 += a0 * b3
 				s13 += a1 * b3
 			}
 			r0 := c[i*ldc+j : i*ldc+j+4]
