@@ -103,60 +103,67 @@ func FromIDX(name string, images, labels *IDX, classes int) (*Dataset, error) {
 	return NewDataset(name, x, labels.Data, dim, classes)
 }
 
-// mnistFiles are the base names of the standard files; a directory may hold
-// them gzip-compressed (".gz") or plain.
-var mnistFiles = [4]string{
-	"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-	"t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
-}
+// The base names of the standard files; a directory may hold each one
+// gzip-compressed (".gz") or plain.
+const (
+	mnistTrainImages = "train-images-idx3-ubyte"
+	mnistTrainLabels = "train-labels-idx1-ubyte"
+	mnistTestImages  = "t10k-images-idx3-ubyte"
+	mnistTestLabels  = "t10k-labels-idx1-ubyte"
+)
 
 // LoadMNIST returns the 60000-sample training set and the 10000-sample test
 // set. dir == "" reads the files embedded in the binary; otherwise dir must
 // hold the four files under their standard names, each gzip-compressed
 // (".gz") or plain.
 func LoadMNIST(dir string) (trainSet, testSet *Dataset, err error) {
-	open := func(base string) (io.ReadCloser, string, error) {
-		if dir == "" {
-			f, err := mnistdata.Open(base + ".gz")
-			return f, "embedded " + base + ".gz", err
-		}
-		for _, name := range []string{base + ".gz", base} {
-			p := filepath.Join(dir, name)
-			f, err := os.Open(p)
-			if err == nil {
-				return f, p, nil
-			}
-			if !errors.Is(err, fs.ErrNotExist) {
-				return nil, p, err
-			}
-		}
-		return nil, filepath.Join(dir, base+"[.gz]"), fs.ErrNotExist
+	if trainSet, err = loadMNISTPair(dir, mnistTrainImages, mnistTrainLabels, MNISTTrainSize); err != nil {
+		return nil, nil, err
 	}
-	var arr [4]*IDX
-	for i, base := range mnistFiles {
-		f, where, err := open(base)
+	if testSet, err = loadMNISTPair(dir, mnistTestImages, mnistTestLabels, MNISTTestSize); err != nil {
+		return nil, nil, err
+	}
+	return trainSet, testSet, nil
+}
+
+// loadMNISTPair reads one images file and one labels file of n samples.
+func loadMNISTPair(dir, imagesBase, labelsBase string, n int) (*Dataset, error) {
+	var arr [2]*IDX
+	for i, base := range []string{imagesBase, labelsBase} {
+		f, where, err := openMNIST(dir, base)
 		if err != nil {
-			return nil, nil, fmt.Errorf("train: open MNIST %s: %w", where, err)
+			return nil, fmt.Errorf("train: open MNIST %s: %w", where, err)
 		}
 		arr[i], err = ReadIDX(f, 0)
 		f.Close()
 		if err != nil {
-			return nil, nil, fmt.Errorf("read MNIST %s: %w", where, err)
+			return nil, fmt.Errorf("read MNIST %s: %w", where, err)
 		}
 	}
-	if err := checkMNIST(arr[0], arr[1], MNISTTrainSize); err != nil {
-		return nil, nil, fmt.Errorf("MNIST training files: %w", err)
+	if err := checkMNIST(arr[0], arr[1], n); err != nil {
+		return nil, fmt.Errorf("MNIST %s and %s: %w", imagesBase, labelsBase, err)
 	}
-	if err := checkMNIST(arr[2], arr[3], MNISTTestSize); err != nil {
-		return nil, nil, fmt.Errorf("MNIST test files: %w", err)
+	return FromIDX("mnist", arr[0], arr[1], MNISTClasses)
+}
+
+// openMNIST opens base.gz from the embedded files (dir == "") or base.gz or
+// base from dir, and says where it looked.
+func openMNIST(dir, base string) (io.ReadCloser, string, error) {
+	if dir == "" {
+		f, err := mnistdata.Open(base + ".gz")
+		return f, "embedded " + base + ".gz", err
 	}
-	if trainSet, err = FromIDX("mnist", arr[0], arr[1], MNISTClasses); err != nil {
-		return nil, nil, err
+	for _, name := range []string{base + ".gz", base} {
+		p := filepath.Join(dir, name)
+		f, err := os.Open(p)
+		if err == nil {
+			return f, p, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, p, err
+		}
 	}
-	if testSet, err = FromIDX("mnist", arr[2], arr[3], MNISTClasses); err != nil {
-		return nil, nil, err
-	}
-	return trainSet, testSet, nil
+	return nil, filepath.Join(dir, base+"[.gz]"), fs.ErrNotExist
 }
 
 func checkMNIST(images, labels *IDX, n int) error {
