@@ -242,14 +242,17 @@ func TestGradRejectsBadInput(t *testing.T) {
 	g := make([]float32, m.Size())
 	x := make([]float32, 6)
 	cases := map[string]func() error{
-		"short w":       func() error { _, err := m.Grad(ws, w[:1], x, []uint8{0, 1}, g); return err },
-		"short grad":    func() error { _, err := m.Grad(ws, w, x, []uint8{0, 1}, g[:1]); return err },
-		"big batch":     func() error { _, err := m.Grad(ws, w, make([]float32, 9), []uint8{0, 1, 0}, g); return err },
-		"empty batch":   func() error { _, err := m.Grad(ws, w, nil, nil, g); return err },
-		"short x":       func() error { _, err := m.Grad(ws, w, x[:5], []uint8{0, 1}, g); return err },
-		"label":         func() error { _, err := m.Grad(ws, w, x, []uint8{0, 2}, g); return err },
-		"loss label":    func() error { _, _, err := m.Loss(ws, w, x, []uint8{0, 2}); return err },
-		"foreign space": func() error { _, err := m.Grad(mustModel(t, "mlp:4", 3, 2).NewWorkspace(2), w, x, []uint8{0, 1}, g); return err },
+		"short w":     func() error { _, err := m.Grad(ws, w[:1], x, []uint8{0, 1}, g); return err },
+		"short grad":  func() error { _, err := m.Grad(ws, w, x, []uint8{0, 1}, g[:1]); return err },
+		"big batch":   func() error { _, err := m.Grad(ws, w, make([]float32, 9), []uint8{0, 1, 0}, g); return err },
+		"empty batch": func() error { _, err := m.Grad(ws, w, nil, nil, g); return err },
+		"short x":     func() error { _, err := m.Grad(ws, w, x[:5], []uint8{0, 1}, g); return err },
+		"label":       func() error { _, err := m.Grad(ws, w, x, []uint8{0, 2}, g); return err },
+		"loss label":  func() error { _, _, err := m.Loss(ws, w, x, []uint8{0, 2}); return err },
+		"foreign space": func() error {
+			_, err := m.Grad(mustModel(t, "mlp:4", 3, 2).NewWorkspace(2), w, x, []uint8{0, 1}, g)
+			return err
+		},
 	}
 	for name, f := range cases {
 		if err := f(); !errors.Is(err, ErrBadModel) {
