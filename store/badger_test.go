@@ -1,0 +1,699 @@
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Child process modes: the test binary re-executes itself with childEnv
+// set to run one of these instead of the tests.
+const (
+	childEnv   = "MESHTRAIN_STORE_TEST_CHILD"
+	childDir   = "MESHTRAIN_STORE_TEST_DIR"
+	childPoint = "MESHTRAIN_STORE_TEST_POINT"
+
+	childExitLocked = 3
+	childExitNoKill = 4
+)
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(childEnv); mode != "" {
+		os.Exit(runChild(mode, os.Getenv(childDir)))
+	}
+	os.Exit(m.Run())
+}
+
+func runChild(mode, dir string) int {
+	switch mode {
+	case "open":
+		// Try to open and report the error text on stdout.
+		s, err := Open(dir, Options{})
+		if err != nil {
+			fmt.Print(err)
+			if errors.Is(err, ErrLocked) {
+				return childExitLocked
+			}
+			return 1
+		}
+		s.Close()
+		return 0
+	case "hold":
+		// Hold the dir until stdin closes.
+		s, err := Open(dir, Options{})
+		if err != nil {
+			fmt.Print(err)
+			return 1
+		}
+		fmt.Println("ready")
+		io.Copy(io.Discard, os.Stdin)
+		s.Close()
+		return 0
+	case "crash":
+		// Save a checkpoint and die by SIGKILL at the given crash point.
+		point := os.Getenv(childPoint)
+		s, err := Open(dir, Options{ChunkSize: MinChunkSize, Keep: 1, CrashHook: func(p string) {
+			if p == point {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // the signal is on its way
+			}
+		}})
+		if err != nil {
+			fmt.Print(err)
+			return 1
+		}
+		if _, err := s.Save(context.Background(), ckpt(fpA, 2, 10*MinChunkSize/4, MinChunkSize/4)); err != nil {
+			fmt.Print(err)
+			return 1
+		}
+		return childExitNoKill
+	}
+	return 1
+}
+
+func child(t *testing.T, mode, dir string, env ...string) *exec.Cmd {
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), append(env, childEnv+"="+mode, childDir+"="+dir)...)
+	return cmd
+}
+
+func TestLockInProcess(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir, Options{})
+	var le *LockedError
+	if !errors.Is(err, ErrLocked) || !errors.As(err, &le) {
+		t.Fatalf("second Open: got %v, want a *LockedError", err)
+	}
+	want := fmt.Sprintf("store: data dir %s is in use by another meshtrain process (pid %d)", dir, os.Getpid())
+	if le.PID != os.Getpid() || err.Error() != want {
+		t.Errorf("got %q, want %q", err, want)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("Open after Close: %v", err)
+	}
+	s.Close()
+}
+
+func TestLockOtherProcess(t *testing.T) {
+	dir := t.TempDir()
+
+	// We hold the dir: a second process is refused and names our pid.
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := child(t, "open", dir).Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != childExitLocked {
+		t.Fatalf("child open: %v, output %q; want exit %d", err, out, childExitLocked)
+	}
+	if want := fmt.Sprintf("is in use by another meshtrain process (pid %d)", os.Getpid()); !strings.Contains(string(out), want) {
+		t.Errorf("child said %q, want it to contain %q", out, want)
+	}
+	s.Close()
+
+	// Another process holds it: we are refused and told its pid.
+	cmd := child(t, "hold", dir)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("child hold: %q, %v", line, err)
+	}
+	_, err = Open(dir, Options{})
+	var le *LockedError
+	if !errors.As(err, &le) || le.PID != cmd.Process.Pid {
+		t.Errorf("got %v, want a *LockedError naming pid %d", err, cmd.Process.Pid)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child hold: %v", err)
+	}
+	// The holder has gone: the dir is free again.
+	out, err = child(t, "open", dir).Output()
+	if err != nil {
+		t.Fatalf("child open after release: %v, %q", err, out)
+	}
+}
+
+func TestReopenKeepsEverything(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{ChunkSize: MinChunkSize, Keep: 3, HistoryLimit: 4}
+	s := openBadgerDir(t, dir, opts)
+	c1, c2 := ckpt(fpA, 1, 3000, 100), ckpt(fpB, 2, 1000, 0)
+	i1, i2 := mustSave(t, s, c1), mustSave(t, s, c2)
+	key := []byte("ed25519 private key bytes")
+	peer := Peer{ID: "12D3KooWX", Addrs: []string{"/ip4/127.0.0.1/tcp/1"}, LastSeen: time.Unix(5, 0).UTC(), Score: 0.5}
+	if err := s.SetIdentity(key); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutPeer(peer); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		if err := s.AppendHistory(Point{Step: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openBadgerDir(t, dir, opts)
+	if got := mustList(t, s); !reflect.DeepEqual(got, []Info{i2, i1}) {
+		t.Errorf("list after reopen:\n got %+v\nwant %+v", got, []Info{i2, i1})
+	}
+	for _, tc := range []struct {
+		id uint64
+		c  *Checkpoint
+		at time.Time
+	}{{i1.ID, c1, i1.Created}, {i2.ID, c2, i2.Created}} {
+		got, err := s.Load(t.Context(), tc.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := *tc.c
+		want.Created = tc.at
+		checkSame(t, got, &want)
+	}
+	if got, err := s.Identity(); err != nil || !bytes.Equal(got, key) {
+		t.Errorf("identity after reopen: %q, %v", got, err)
+	}
+	if got, err := s.Peers(); err != nil || !reflect.DeepEqual(got, []Peer{peer}) {
+		t.Errorf("peers after reopen: %+v, %v", got, err)
+	}
+	if err := s.AppendHistory(Point{Step: 100}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.History(0)
+	var steps []int64
+	for _, p := range h {
+		steps = append(steps, p.Step)
+	}
+	if err != nil || !slices.Equal(steps, []int64{3, 4, 5, 100}) {
+		t.Errorf("history after reopen and append: steps %v, %v; want [3 4 5 100]", steps, err)
+	}
+	if i3 := mustSave(t, s, ckpt(fpA, 3, 10, 0)); i3.ID <= i2.ID {
+		t.Errorf("ID after reopen %d, want > %d", i3.ID, i2.ID)
+	}
+}
+
+// flip changes one byte of the value stored under key, going through the
+// store's own key-value layer as a failing disk would under Badger.
+func flip(t *testing.T, s *kvStore, key []byte, at func(n int) int) {
+	t.Helper()
+	var v []byte
+	err := s.kv.view(func(r kvReader) error {
+		return r.get(key, func(b []byte) error { v = bytes.Clone(b); return nil })
+	})
+	if err != nil {
+		t.Fatalf("read %q: %v", key, err)
+	}
+	v[at(len(v))] ^= 0x5a
+	if err := s.kv.update(func(w kvWriter) error { return w.set(key, v) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func middle(n int) int { return n / 2 }
+
+func TestCorruption(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spoil func(t *testing.T, s *kvStore, id uint64)
+		// manifestBad: List can tell without reading the data.
+		manifestBad bool
+	}{
+		{"data byte", func(t *testing.T, s *kvStore, id uint64) {
+			flip(t, s, chunkKey(id, sectionParam, 1), middle)
+		}, false},
+		{"optimizer byte", func(t *testing.T, s *kvStore, id uint64) {
+			flip(t, s, chunkKey(id, sectionOpt, 0), func(int) int { return 0 })
+		}, false},
+		{"manifest byte", func(t *testing.T, s *kvStore, id uint64) {
+			flip(t, s, manKey(id), middle)
+		}, true},
+		{"manifest checksum", func(t *testing.T, s *kvStore, id uint64) {
+			flip(t, s, manKey(id), func(n int) int { return n - 1 })
+		}, true},
+		{"missing chunk", func(t *testing.T, s *kvStore, id uint64) {
+			if err := s.kv.update(func(w kvWriter) error { return w.del(chunkKey(id, sectionParam, 2)) }); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"short chunk", func(t *testing.T, s *kvStore, id uint64) {
+			if err := s.kv.update(func(w kvWriter) error {
+				return w.set(chunkKey(id, sectionParam, 0), make([]byte, 8))
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			opts := Options{ChunkSize: MinChunkSize}
+			s := openBadgerDir(t, dir, opts)
+			c1 := ckpt(fpA, 1, 3*MinChunkSize/4, 10)
+			i1 := mustSave(t, s, c1)
+			i2 := mustSave(t, s, ckpt(fpA, 2, 3*MinChunkSize/4, 10))
+			tc.spoil(t, s, i2.ID)
+
+			check := func(s *kvStore) {
+				t.Helper()
+				if _, err := s.Load(t.Context(), i2.ID); !errors.Is(err, ErrCorrupt) {
+					t.Errorf("Load: got %v, want ErrCorrupt", err)
+				}
+				got, skipped, err := s.LoadLatest(t.Context(), fpA)
+				if err != nil {
+					t.Fatalf("LoadLatest: %v", err)
+				}
+				if got.ID != i1.ID {
+					t.Errorf("LoadLatest gave checkpoint %d, want the previous one %d", got.ID, i1.ID)
+				}
+				c := *c1
+				c.Created = i1.Created
+				checkSame(t, got, &c)
+				if len(skipped) != 1 || skipped[0].ID != i2.ID || !errors.Is(skipped[0].Err, ErrCorrupt) {
+					t.Errorf("skipped %v: want checkpoint %d as corrupt", skipped, i2.ID)
+				}
+				infos := mustList(t, s)
+				if len(infos) != 2 || infos[0].ID != i2.ID || infos[0].Corrupt != tc.manifestBad {
+					t.Errorf("list %+v: want the corrupt checkpoint kept, Corrupt=%v", infos, tc.manifestBad)
+				}
+			}
+			check(s)
+			// The damage is on disk, not in a cache.
+			s.Close()
+			check(openBadgerDir(t, dir, opts))
+		})
+	}
+}
+
+// TestRetentionKeepsLastGood writes a run of checkpoints that fail
+// verification and checks that they never push out the verified ones.
+func TestRetentionKeepsLastGood(t *testing.T) {
+	dir := t.TempDir()
+	var s *kvStore
+	spoil := false
+	opts := Options{ChunkSize: MinChunkSize, Keep: 2, CrashHook: func(p string) {
+		if p == CrashAfterCommit && spoil {
+			// Damage the newest checkpoint between commit and read-back.
+			infos := mustList(t, s)
+			flip(t, s, chunkKey(infos[0].ID, sectionParam, 0), middle)
+		}
+	}}
+	s = openBadgerDir(t, dir, opts)
+	save := func(step int64) (uint64, error) {
+		info, err := s.Save(t.Context(), ckpt(fpA, step, 1000, 0))
+		return info.ID, err
+	}
+	var good, bad []uint64
+	for step := int64(1); step <= 2; step++ {
+		id, err := save(step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		good = append(good, id)
+	}
+	spoil = true
+	for step := int64(3); step <= 6; step++ {
+		id, err := save(step)
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("save of a checkpoint damaged before read-back: got %v, want ErrCorrupt", err)
+		}
+		bad = append(bad, id)
+	}
+	spoil = false
+	want := []uint64{bad[3], bad[2], good[1], good[0]}
+	if got := ids(mustList(t, s)); !slices.Equal(got, want) {
+		t.Fatalf("after a corrupt run kept %v, want %v (two newest corrupt, both good)", got, want)
+	}
+	c, skipped, err := s.LoadLatest(t.Context(), fpA)
+	if err != nil || c.ID != good[1] || len(skipped) != 2 {
+		t.Fatalf("LoadLatest: %v, skipped %v, %v; want checkpoint %d", c, skipped, err, good[1])
+	}
+
+	id7, err := save(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []uint64{id7, bad[3], bad[2], good[1]}
+	if got := ids(mustList(t, s)); !slices.Equal(got, want) {
+		t.Fatalf("after a good save kept %v, want %v", got, want)
+	}
+
+	// Damage 7 on disk. A new process knows nothing of it yet and must
+	// verify before it counts 7 as good; trusting it would delete the
+	// last good checkpoint.
+	flip(t, s, chunkKey(id7, sectionParam, 0), middle)
+	s.Close()
+	s = openBadgerDir(t, dir, opts)
+	id8, err := save(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []uint64{id8, id7, bad[3], good[1]}
+	if got := ids(mustList(t, s)); !slices.Equal(got, want) {
+		t.Fatalf("after reopen and save kept %v, want %v", got, want)
+	}
+}
+
+// orphanChunks counts chunk keys whose checkpoint has no manifest.
+func orphanChunks(t *testing.T, s *kvStore) int {
+	t.Helper()
+	n := 0
+	err := s.kv.view(func(r kvReader) error {
+		return r.scan(prefixChunk, false, false, func(k, _ []byte) (bool, error) {
+			id, _ := idFromChunkKey(k)
+			if err := r.get(manKey(id), func([]byte) error { return nil }); errors.Is(err, errNoKey) {
+				n++
+			}
+			return true, nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// checkRecovered opens dir after a crash while saving checkpoint 2 and
+// checks that the store is whole: no orphans, the right checkpoints, and
+// the newest of them verifies.
+func checkRecovered(t *testing.T, dir, point string, first Info) {
+	t.Helper()
+	s := openBadgerDir(t, dir, Options{ChunkSize: MinChunkSize, Keep: 1})
+	if n := orphanChunks(t, s); n != 0 {
+		t.Errorf("%d orphan chunks after reopen", n)
+	}
+	infos := mustList(t, s)
+	wantN := 1
+	if point == CrashAfterCommit {
+		// Committed, then killed before pruning: both exist until the next save prunes.
+		wantN = 2
+	} else if s.orphansRemoved == 0 {
+		t.Errorf("open removed no orphan chunks; a crash at %s must leave some", point)
+	}
+	if len(infos) != wantN || infos[len(infos)-1] != first {
+		t.Fatalf("after a crash at %s: listed %+v, want %d checkpoints ending with %+v", point, infos, wantN, first)
+	}
+	c, err := s.Load(t.Context(), infos[0].ID)
+	if err != nil {
+		t.Fatalf("newest checkpoint after a crash at %s: %v", point, err)
+	}
+	if wantStep := int64(wantN); c.Step != wantStep {
+		t.Errorf("newest checkpoint has step %d, want %d", c.Step, wantStep)
+	}
+	// The store goes on working, and IDs are not reused.
+	next := mustSave(t, s, ckpt(fpA, 3, 100, 0))
+	if next.ID <= infos[0].ID+1 && point != CrashAfterCommit {
+		t.Errorf("ID %d after a crash may reuse the interrupted save's ID %d", next.ID, infos[0].ID+1)
+	}
+	if got := ids(mustList(t, s)); !slices.Equal(got, []uint64{next.ID}) {
+		t.Errorf("after the next save listed %v, want only %d", got, next.ID)
+	}
+}
+
+var crashPoints = []string{CrashMidChunks, CrashBeforeCommit, CrashAfterCommit}
+
+type crashed string
+
+// TestCrashPointsPanic simulates a crash at each point with a panicking
+// hook, then abandons the store the way a dying process would (Close only
+// releases the lock; it cannot undo what was committed).
+func TestCrashPointsPanic(t *testing.T) {
+	for _, point := range crashPoints {
+		t.Run(point, func(t *testing.T) {
+			dir := t.TempDir()
+			armed := false
+			s, err := Open(dir, Options{ChunkSize: MinChunkSize, Keep: 1, CrashHook: func(p string) {
+				if armed && p == point {
+					panic(crashed(p))
+				}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := mustSave(t, s, ckpt(fpA, 1, 10*MinChunkSize/4, 10))
+			armed = true
+			func() {
+				defer func() {
+					if r := recover(); r != crashed(point) {
+						t.Fatalf("recovered %v, want the hook's panic at %s", r, point)
+					}
+				}()
+				s.Save(t.Context(), ckpt(fpA, 2, 10*MinChunkSize/4, MinChunkSize/4))
+			}()
+			if err := s.Close(); err != nil {
+				t.Fatalf("Close after the simulated crash: %v", err)
+			}
+			checkRecovered(t, dir, point, first)
+		})
+	}
+}
+
+// TestCrashPointsKill kills a real process with SIGKILL at each point.
+func TestCrashPointsKill(t *testing.T) {
+	for _, point := range crashPoints {
+		t.Run(point, func(t *testing.T) {
+			dir := t.TempDir()
+			s := openBadgerDir(t, dir, Options{ChunkSize: MinChunkSize, Keep: 1})
+			first := mustSave(t, s, ckpt(fpA, 1, 10*MinChunkSize/4, 10))
+			s.Close()
+
+			out, err := child(t, "crash", dir, childPoint+"="+point).CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("child: %v, output %q; want death by SIGKILL", err, out)
+			}
+			checkRecovered(t, dir, point, first)
+		})
+	}
+}
+
+func TestFormatVersion(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{ChunkSize: MinChunkSize}
+	s := openBadgerDir(t, dir, opts)
+	info := mustSave(t, s, ckpt(fpA, 1, 100, 0))
+	s.Close()
+	formatOf := func() string {
+		s := openBadgerDir(t, dir, opts)
+		defer s.Close()
+		var v string
+		err := s.kv.view(func(r kvReader) error {
+			return r.get(keyFormat, func(b []byte) error { v = string(b); return nil })
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if got := formatOf(); got != strconv.Itoa(int(FormatVersion)) {
+		t.Fatalf("new store has format %q, want %d", got, FormatVersion)
+	}
+
+	// Play a newer binary with a migration from this format.
+	runs := 0
+	defer func(cur uint32) { currentFormat = cur; delete(migrations, FormatVersion) }(currentFormat)
+	currentFormat = FormatVersion + 1
+	migrations[FormatVersion] = migration{desc: "test: add a marker", run: func(db kv) error {
+		runs++
+		return db.update(func(w kvWriter) error { return w.set([]byte("test/marker"), []byte("migrated")) })
+	}}
+	s = openBadgerDir(t, dir, opts)
+	if runs != 1 || countKeys(t, s, []byte("test/marker")) != 1 {
+		t.Errorf("migration ran %d times, marker present: %d", runs, countKeys(t, s, []byte("test/marker")))
+	}
+	if got := ids(mustList(t, s)); !slices.Equal(got, []uint64{info.ID}) {
+		t.Errorf("after migration listed %v, want %d", got, info.ID)
+	}
+	s.Close()
+	if got := formatOf(); got != strconv.Itoa(int(FormatVersion+1)) || runs != 1 {
+		t.Errorf("format %q after migration, %d runs; want %d and one run", got, runs, FormatVersion+1)
+	}
+
+	// Back to this binary: the dir is now too new.
+	currentFormat = FormatVersion
+	_, err := Open(dir, opts)
+	var fe *FormatError
+	if !errors.Is(err, ErrNewerFormat) || !errors.As(err, &fe) || fe.Found != FormatVersion+1 || fe.Supported != FormatVersion {
+		t.Fatalf("got %v, want a *FormatError with found %d, supported %d", err, FormatVersion+1, FormatVersion)
+	}
+	for _, want := range []string{dir, fmt.Sprintf("format version %d", FormatVersion+1), fmt.Sprintf("supports up to %d", FormatVersion)} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message %q does not mention %q", err, want)
+		}
+	}
+	// The refusal released the lock and left the dir usable by a newer binary.
+	currentFormat = FormatVersion + 1
+	s = openBadgerDir(t, dir, opts)
+	s.Close()
+
+	// A gap in the migration table is an error, not a silent skip.
+	currentFormat = FormatVersion + 3
+	if _, err := Open(dir, opts); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("no migration from format version %d", FormatVersion+1)) {
+		t.Errorf("got %v, want a missing-migration error", err)
+	}
+}
+
+func TestDataWithoutFormatIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := openBadgerDir(t, dir, Options{})
+	if err := s.kv.update(func(w kvWriter) error { return w.del(keyFormat) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutPeer(Peer{ID: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("got %v, want ErrCorrupt", err)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	err := Options{Keep: -1, HistoryLimit: -2, ChunkSize: 1000, GCInterval: -time.Second}.Validate()
+	if !errors.Is(err, ErrBadOptions) {
+		t.Fatalf("got %v, want ErrBadOptions", err)
+	}
+	for _, field := range []string{"Keep", "HistoryLimit", "ChunkSize", "GCInterval"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("%q does not report %s", err, field)
+		}
+	}
+	if _, err := Open(t.TempDir(), Options{ChunkSize: MaxChunkSize + 4}); !errors.Is(err, ErrBadOptions) {
+		t.Errorf("Open: got %v, want ErrBadOptions", err)
+	}
+	if err := DefaultOptions().Validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+}
+
+func TestValueLogGCRunsUntilClose(t *testing.T) {
+	s := openBadger(t, Options{ChunkSize: 64 << 10, Keep: 1, GCInterval: time.Millisecond})
+	for step := range int64(4) {
+		mustSave(t, s, ckpt(fpA, step, 1<<18, 0))
+	}
+	for s.gc.ticks.Load() < 3 {
+		select {
+		case <-t.Context().Done():
+			t.Fatal("GC loop never ran")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.gc.done:
+	default:
+		t.Fatal("GC loop still running after Close")
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// captureHandler records log records for inspection.
+type captureHandler struct {
+	mu   *sync.Mutex
+	recs *[]slog.Record
+}
+
+func (h captureHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h captureHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	*h.recs = append(*h.recs, r)
+	h.mu.Unlock()
+	return nil
+}
+func (h captureHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h captureHandler) WithGroup(string) slog.Handler      { return h }
+
+func TestBadgerLogsOnlyWarnings(t *testing.T) {
+	var recs []slog.Record
+	l := badgerLogger{slog.New(captureHandler{&sync.Mutex{}, &recs})}
+	l.Debugf("debug %d", 1)
+	l.Infof("info %d\n", 2)
+	l.Warningf("warn %d\n", 3)
+	l.Errorf("error %d", 4)
+	if len(recs) != 2 || recs[0].Level != slog.LevelWarn || recs[0].Message != "warn 3" ||
+		recs[1].Level != slog.LevelError || recs[1].Message != "error 4" {
+		var got []string
+		for _, r := range recs {
+			got = append(got, r.Level.String()+" "+r.Message)
+		}
+		t.Errorf("logged %q, want only the warning and the error, trimmed", got)
+	}
+
+	// A real open, saves and close say nothing at all.
+	recs = nil
+	s := openBadger(t, Options{Logger: slog.New(captureHandler{&sync.Mutex{}, &recs}), ChunkSize: MinChunkSize})
+	mustSave(t, s, ckpt(fpA, 1, 10000, 0))
+	s.Close()
+	if len(recs) != 0 {
+		t.Errorf("a clean run logged %d lines, first %q", len(recs), recs[0].Message)
+	}
+}
+
+// TestLargeCheckpoint round-trips a 100 MiB parameter vector, far above
+// Badger's 1 MB value and transaction limits, through a real dir.
+func TestLargeCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	s := openBadgerDir(t, dir, Options{})
+	c := ckpt(fpA, 1, 100<<20/4, 1<<20)
+	info := mustSave(t, s, c)
+	if info.Size != 100<<20+4<<20 {
+		t.Errorf("size %d, want %d", info.Size, 100<<20+4<<20)
+	}
+	c.Created = info.Created
+	got, err := s.Load(t.Context(), info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSame(t, got, c)
+	got = nil
+	s.Close()
+	s = openBadgerDir(t, dir, Options{})
+	got, _, err = s.LoadLatest(t.Context(), fpA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSame(t, got, c)
+	if n := countKeys(t, s, chunkPrefix(info.ID)); n != 104 {
+		t.Errorf("%d chunks, want 104 of 1 MiB", n)
+	}
+}
+
