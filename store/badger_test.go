@@ -696,4 +696,3 @@ func TestLargeCheckpoint(t *testing.T) {
 		t.Errorf("%d chunks, want 104 of 1 MiB", n)
 	}
 }
-
