@@ -50,10 +50,11 @@ var allImpls = []impl{
 			blas32.General{Rows: br, Cols: bc, Stride: p.ldb, Data: p.b},
 			p.beta, blas32.General{Rows: p.m, Cols: p.n, Stride: p.ldc, Data: p.c})
 	}},
-	{"parallel", func(p *problem) {
-		SgemmParallel(0, p.transA, p.transB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, p.c, p.ldc)
-	}},
 }
+
+var parallelImpl = impl{"ours", func(p *problem) {
+	SgemmParallel(0, p.transA, p.transB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, p.c, p.ldc)
+}}
 
 func stepProblems() ([]problem, float64) {
 	rng := rand.New(rand.NewPCG(9, 10))
@@ -69,6 +70,7 @@ func stepProblems() ([]problem, float64) {
 func benchImpls(b *testing.B, ps []problem, flops float64, impls ...impl) {
 	for _, im := range impls {
 		b.Run(im.name, func(b *testing.B) {
+			b.ReportAllocs()
 			for b.Loop() {
 				for i := range ps {
 					im.run(&ps[i])
@@ -84,7 +86,7 @@ func BenchmarkShapes(b *testing.B) {
 	ps, _ := stepProblems()
 	for i, s := range mlpShapes {
 		b.Run(fmt.Sprintf("%s_%dx%dx%d", s.name, s.m, s.n, s.k), func(b *testing.B) {
-			benchImpls(b, ps[i:i+1], 2*float64(s.m*s.n*s.k), allImpls[:2]...)
+			benchImpls(b, ps[i:i+1], 2*float64(s.m*s.n*s.k), allImpls...)
 		})
 	}
 }
@@ -93,6 +95,13 @@ func BenchmarkShapes(b *testing.B) {
 func BenchmarkStep(b *testing.B) {
 	ps, flops := stepProblems()
 	benchImpls(b, ps, flops, allImpls...)
+}
+
+// BenchmarkStepParallel times the step with SgemmParallel on GOMAXPROCS
+// goroutines (set with -cpu); blas32 parallelises large products itself.
+func BenchmarkStepParallel(b *testing.B) {
+	ps, flops := stepProblems()
+	benchImpls(b, ps, flops, parallelImpl, allImpls[1])
 }
 
 // BenchmarkStepKernel times the step on each kernel this CPU can run.

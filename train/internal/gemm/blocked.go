@@ -31,9 +31,11 @@ const (
 // smallWork is the m*n*k below which packing costs more than it saves.
 const smallWork = 4096
 
-// workspace holds the packed blocks of one call.
+// workspace holds the packed blocks and the edge tile of one call; pooled so
+// a steady stream of calls does not allocate.
 type workspace struct {
-	buf []float32
+	buf  []float32
+	tile [maxTile]float32
 }
 
 var workspaces = sync.Pool{New: func() any { return new(workspace) }}
@@ -82,7 +84,7 @@ func blocked(transA, transB bool, m, n, k int, alpha float32, a []float32, lda i
 			for ic := 0; ic < m; ic += mc0 {
 				mc := min(mc0, m-ic)
 				packA(transA, a, lda, ic, mc, pc, kc, mr, pa)
-				macro(mk, mc, nc, kc, alpha, pa, pb, bet, c[ic*ldc+jc:], ldc)
+				macro(mk, mc, nc, kc, alpha, pa, pb, bet, c[ic*ldc+jc:], ldc, ws.tile[:])
 			}
 		}
 	}
@@ -91,11 +93,10 @@ func blocked(transA, transB bool, m, n, k int, alpha float32, a []float32, lda i
 func roundUp(x, unit int) int { return (x + unit - 1) / unit * unit }
 
 // macro multiplies a packed mc×kc block of A by a packed kc×nc block of B
-// into C. Edge tiles go through a full-size scratch tile so the kernel never
-// touches memory outside C.
-func macro(mk microKernel, mc, nc, kc int, alpha float32, pa, pb []float32, beta float32, c []float32, ldc int) {
+// into C. Edge tiles go through the scratch tile so the kernel never touches
+// memory outside C.
+func macro(mk microKernel, mc, nc, kc int, alpha float32, pa, pb []float32, beta float32, c []float32, ldc int, tile []float32) {
 	mr, nr := mk.mr, mk.nr
-	var tile [maxTile]float32
 	for jr := 0; jr < nc; jr += nr {
 		nw := min(nr, nc-jr)
 		bp := pb[jr*kc : jr*kc+kc*nr]
@@ -106,7 +107,7 @@ func macro(mk microKernel, mc, nc, kc int, alpha float32, pa, pb []float32, beta
 				mk.run(kc, ap, bp, c[ir*ldc+jr:], ldc, alpha, beta)
 				continue
 			}
-			mk.run(kc, ap, bp, tile[:], nr, 1, 0)
+			mk.run(kc, ap, bp, tile, nr, 1, 0)
 			for i := range mh {
 				row := c[(ir+i)*ldc+jr : (ir+i)*ldc+jr+nw]
 				t := tile[i*nr : i*nr+nw]

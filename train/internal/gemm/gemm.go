@@ -56,7 +56,7 @@ func checkMatrix(name string, rows, cols, length, ld int) error {
 		return nil
 	}
 	// Compare without overflow: (rows-1)*ld+cols <= length.
-	if rows-1 > (length-cols)/ld || length < cols {
+	if length < cols || rows-1 > (length-cols)/ld {
 		return fmt.Errorf("len(%s)=%d is shorter than %d rows with stride %d and %d columns", name, length, rows, ld, cols)
 	}
 	return nil
