@@ -261,7 +261,7 @@ func TestGradRejectsBadInput(t *testing.T) {
 	}
 }
 
-func mustModel(t *testing.T, spec string, dim, classes int) *Model {
+func mustModel(t testing.TB, spec string, dim, classes int) *Model {
 	t.Helper()
 	m, err := ParseModel(spec, dim, classes)
 	if err != nil {
