@@ -125,7 +125,7 @@ func withKernel(t *testing.T, f func(t *testing.T)) {
 var (
 	sizes  = []int{1, 2, 3, 5, 6, 7, 11, 16, 17, 23, 31, 33, 64}
 	alphas = []float32{1, 0, -1, 0.5}
-	betas  = []float32{0, 1, -0.75}
+	betas  = []float32{0, 1, -0.75, float32(math.Copysign(0, -1))}
 )
 
 func TestSgemmShapes(t *testing.T) {
