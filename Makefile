@@ -1,0 +1,57 @@
+# meshtrain build, test and check targets. `make test` is what CI runs.
+GO          ?= go
+BIN         ?= bin/meshtrain
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS     := -s -w -X github.com/meshtrain/meshtrain/node.version=$(VERSION)
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+FUZZTIME    ?= 10s
+
+.PHONY: all build test test-unit test-e2e check fmt vet tidy staticcheck bench fuzz clean
+
+all: build
+
+# A static binary: it runs on a machine with no Go toolchain and in a
+# FROM scratch image (MNIST is embedded).
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/meshtrain
+
+# Tier 1: every package's unit tests under the race detector (synthetic data,
+# seconds). Tier 2: end-to-end runs of the real binary on MNIST, without -race,
+# all sharing the one binary that `build` made.
+test: test-unit test-e2e
+
+test-unit:
+	$(GO) test -race -count=1 ./...
+
+test-e2e: build
+	MESHTRAIN_BIN=$(abspath $(BIN)) $(GO) test -tags e2e -count=1 -timeout 30m ./cmd/meshtrain/
+
+check: fmt vet tidy staticcheck
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./cmd/meshtrain/
+
+tidy:
+	$(GO) mod tidy -diff
+
+staticcheck:
+	$(GO) run $(STATICCHECK) ./...
+
+# Benchmarks: one core, as the numbers in docs are quoted.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./...
+
+# A short pass of every fuzz target.
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
+
+clean:
+	rm -rf bin

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/meshtrain/meshtrain/node"
+	"github.com/meshtrain/meshtrain/params"
+	"github.com/meshtrain/meshtrain/train"
+)
+
+// trainFlags are the model and optimizer flags shared by train and node.
+type trainFlags struct {
+	cfg       train.Config
+	dataset   string
+	dataPath  string
+	seed      uint64
+	orderSeed uint64
+	threads   int
+	baseStep  time.Duration
+}
+
+func (f *trainFlags) register(fs *flag.FlagSet) {
+	d := train.DefaultConfig()
+	f.cfg = d
+	fs.StringVar(&f.dataset, "dataset", node.DatasetMNIST, "dataset: mnist or synthetic")
+	fs.StringVar(&f.dataPath, "data", "", "folder of MNIST IDX files (default: the copy built into the binary)")
+	fs.StringVar(&f.cfg.Model, "model", d.Model, "model: softmax or mlp:H1,H2,...")
+	fs.IntVar(&f.cfg.Batch, "batch", d.Batch, "samples per step")
+	fs.Float64Var(&f.cfg.LR, "lr", d.LR, "base learning rate")
+	fs.Float64Var(&f.cfg.Momentum, "momentum", d.Momentum, "SGD momentum in [0,1)")
+	fs.Float64Var(&f.cfg.WeightDecay, "weight-decay", d.WeightDecay, "L2 weight decay")
+	fs.StringVar(&f.cfg.Schedule, "schedule", d.Schedule, "LR schedule: const or cosine[:warmup=SAMPLES,total=SAMPLES]")
+	fs.IntVar(&f.cfg.Epochs, "epochs", d.Epochs, "passes over the shard (0: no end)")
+	fs.Uint64Var(&f.seed, "seed", d.Seed, "seed of the initial model and the shard split (shared by a whole network)")
+	fs.Uint64Var(&f.orderSeed, "order-seed", 0, "seed of the sample order on top of --seed")
+	fs.StringVar(&f.cfg.Shard, "shard", d.Shard, "data shard: all or i/n (0-based)")
+	fs.Float64Var(&f.cfg.Alpha, "non-iid", 0, "Dirichlet alpha for label-skewed shards (0: iid)")
+	fs.Float64Var(&f.cfg.Slowdown, "slowdown", 1, "emulate hardware F times slower: each step lasts F x the base step time")
+	fs.DurationVar(&f.baseStep, "base-step", 0, "base step time for --slowdown (0: calibrate at start)")
+	fs.IntVar(&f.threads, "threads", 0, "cores to use (0: all)")
+}
+
+// config returns the validated trainer config and sets GOMAXPROCS.
+func (f *trainFlags) config() (train.Config, error) {
+	c := f.cfg
+	c.Seed, c.OrderSeed, c.BaseStep = f.seed, f.orderSeed, f.baseStep
+	if f.threads < 0 {
+		return c, fmt.Errorf("--threads %d: must be >= 0", f.threads)
+	}
+	if f.threads > 0 {
+		runtime.GOMAXPROCS(f.threads)
+	}
+	c.Threads = runtime.GOMAXPROCS(0)
+	return c, c.Validate()
+}
+
+func runTrain(ctx context.Context, e *env, args []string) int {
+	fs := newFlags(e, "[flags]")
+	var tf trainFlags
+	var sf storeFlags
+	var lf logFlags
+	tf.register(fs)
+	sf.register(fs)
+	sf.registerKeep(fs)
+	lf.register(fs)
+	noStore := fs.Bool("no-data-dir", false, "train without a data dir: no checkpoints, no resume")
+	ckptEvery := fs.Duration("checkpoint-every", 30*time.Second, "wall time between checkpoints (0: only the final one)")
+	fresh := fs.Bool("fresh", false, "ignore existing checkpoints and start over")
+	until := fs.Float64("until-accuracy", 0, "stop once test accuracy (checked every epoch) reaches this")
+	maxSteps := fs.Int64("max-steps", 0, "stop after this many steps (0: no limit)")
+	duration := fs.Duration("duration", 0, "stop after this wall time (0: no limit)")
+	save := fs.String("save", "", "write the final model to this safetensors file")
+	jsonOut := fs.Bool("json", false, "print one JSON object per line instead of text")
+	if code, ok := parse(e, fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(e, "unexpected argument %q", fs.Arg(0))
+	}
+	cfg, err := tf.config()
+	if err != nil {
+		return usageError(e, "%v", err)
+	}
+	switch {
+	case *ckptEvery < 0:
+		return usageError(e, "--checkpoint-every must be >= 0")
+	case sf.keep < 1:
+		return usageError(e, "--keep must be >= 1")
+	case *until < 0 || *until > 1:
+		return usageError(e, "--until-accuracy must be in [0,1]")
+	case *maxSteps < 0 || *duration < 0:
+		return usageError(e, "--max-steps and --duration must be >= 0")
+	}
+	log, err := lf.logger(e.stderr)
+	if err != nil {
+		return usageError(e, "%v", err)
+	}
+	run := node.RunConfig{Train: cfg, Dataset: tf.dataset, DataPath: tf.dataPath, CheckpointEvery: *ckptEvery,
+		Fresh: *fresh, UntilAccuracy: *until, MaxSteps: *maxSteps, Duration: *duration}
+	var res *node.Result
+	printer := eventPrinter(e.stdout, *jsonOut)
+	if *noStore {
+		res, err = node.RunLocal(ctx, run, nil, log, printer)
+	} else {
+		s, oerr := sf.open(log)
+		if oerr != nil {
+			return failure(e, oerr)
+		}
+		res, err = node.RunLocal(ctx, run, s, log, printer)
+		if cerr := s.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return failure(e, err)
+	}
+	if *save != "" {
+		snap := res.Trainer.Snapshot()
+		meta := modelMeta(res.Trainer.Model().Spec(), res.Test.Name, cfg.Network, snap)
+		if err := writeModel(*save, res.Trainer.Model().Layout(), snap, meta); err != nil {
+			return failure(e, err)
+		}
+		if !*jsonOut {
+			fmt.Fprintf(e.stdout, "saved model to %s\n", *save)
+		}
+	}
+	if ctx.Err() != nil {
+		if !*jsonOut {
+			fmt.Fprintln(e.stdout, "interrupted: progress is saved; run the same command again to resume")
+		}
+	}
+	return exitOK
+}
+
+// modelMeta is the safetensors metadata meshtrain writes and eval reads.
+func modelMeta(model, dataset, network string, s params.Snapshot) map[string]string {
+	return map[string]string{
+		node.MetaModel: model, node.MetaDataset: dataset,
+		node.MetaNetwork: network, node.MetaFingerprint: s.Fingerprint.String(),
+		node.MetaStep: strconv.FormatInt(s.Step, 10), node.MetaProgress: strconv.FormatFloat(float64(s.Progress), 'g', -1, 64),
+		"format": "pt",
+	}
+}
+
+// writeModel writes a safetensors file atomically (temp file, then rename).
+func writeModel(path string, l params.Layout, s params.Snapshot, meta map[string]string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".meshtrain-model-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := params.WriteSafetensors(tmp, l, s.Params, meta); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// eventPrinter renders run events as text lines or JSON lines.
+func eventPrinter(w io.Writer, asJSON bool) func(node.Event) {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		return func(ev node.Event) { _ = enc.Encode(ev) }
+	}
+	return func(ev node.Event) {
+		acc := ""
+		if ev.TestAccuracy != nil {
+			acc = fmt.Sprintf("  test accuracy %.2f%%", 100**ev.TestAccuracy)
+		}
+		switch ev.Event {
+		case "start", "resumed":
+			fmt.Fprintf(w, "%s (fingerprint %.12s)\n", ev.Message, ev.Fingerprint)
+		case "checkpoint":
+			fmt.Fprintf(w, "checkpoint %d committed at step %d\n", ev.Checkpoint, ev.Step)
+		case "progress", "epoch":
+			eta := ""
+			if ev.ETA > 0 {
+				eta = "  ETA " + (time.Duration(ev.ETA) * time.Second).String()
+			}
+			fmt.Fprintf(w, "step %6d  epoch %d  loss %.4f  %7.0f samples/s%s%s\n", ev.Step, ev.Epoch, ev.Loss, ev.SamplesPerSec, acc, eta)
+		case "final":
+			fmt.Fprintf(w, "done: step %d, %.1fs%s\n", ev.Step, ev.Elapsed, acc)
+		}
+	}
+}

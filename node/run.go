@@ -1,0 +1,337 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/meshtrain/meshtrain/params"
+	"github.com/meshtrain/meshtrain/store"
+	"github.com/meshtrain/meshtrain/train"
+)
+
+// ErrFinished is returned when the newest checkpoint belongs to a run that
+// already finished: resuming it would silently do nothing, so the caller
+// must choose (start over with Fresh, or export the model).
+var ErrFinished = errors.New("node: the run in this data dir already finished")
+
+// Checkpoint metadata keys. The model spec, dataset and network are what
+// `meshtrain export` and `meshtrain eval` need to rebuild the model.
+const (
+	MetaModel        = "model"
+	MetaDataset      = "dataset"
+	MetaNetwork      = "network"
+	MetaFingerprint  = "fingerprint"
+	MetaStep         = "step"
+	MetaProgress     = "progress"
+	MetaTrainerState = "trainer_state"
+)
+
+// RunConfig configures a single-process training run (`meshtrain train`):
+// the built-in trainer, optional checkpoints in a store, and stop conditions.
+type RunConfig struct {
+	Train train.Config
+	// Dataset is "mnist" or "synthetic"; DataPath an optional folder of IDX
+	// files for MNIST (empty: the embedded copy).
+	Dataset  string
+	DataPath string
+	// CheckpointEvery is the wall time between checkpoints; 0 writes only
+	// the final one. Ignored without a store.
+	CheckpointEvery time.Duration
+	// ReportEvery is the wall time between progress events (default 2 s).
+	ReportEvery time.Duration
+	// Fresh ignores existing checkpoints and starts over.
+	Fresh bool
+	// Stop conditions besides the configured epochs; zero disables each.
+	UntilAccuracy float64
+	MaxSteps      int64
+	Duration      time.Duration
+}
+
+// Event is one line of a run's progress, printed as text or JSON by the CLI.
+type Event struct {
+	Event         string   `json:"event"` // start, resumed, progress, epoch, checkpoint, final
+	Step          int64    `json:"step"`
+	Epoch         int      `json:"epoch"`
+	Progress      float64  `json:"progress"`
+	Loss          float64  `json:"loss,omitempty"`
+	TestAccuracy  *float64 `json:"test_accuracy,omitempty"`
+	TestLoss      float64  `json:"test_loss,omitempty"`
+	SamplesPerSec float64  `json:"samples_per_s,omitempty"`
+	ETA           float64  `json:"eta_s,omitempty"`
+	Elapsed       float64  `json:"elapsed_s"`
+	Checkpoint    uint64   `json:"checkpoint,omitempty"`
+	Fingerprint   string   `json:"fingerprint,omitempty"`
+	Message       string   `json:"message,omitempty"`
+}
+
+// Result is what a finished run reports.
+type Result struct {
+	Trainer      *train.Trainer
+	Test         *train.Dataset
+	TestAccuracy float64
+	Finished     bool // the run reached a stop condition (not interrupted)
+}
+
+// RunLocal trains in this process. st may be nil (no checkpoints). emit is
+// called from several goroutines, one call at a time.
+func RunLocal(ctx context.Context, cfg RunConfig, st store.Store, log *slog.Logger, emit func(Event)) (*Result, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ReportEvery <= 0 {
+		cfg.ReportEvery = 2 * time.Second
+	}
+	var emitMu sync.Mutex
+	began := time.Now()
+	send := func(e Event) {
+		e.Elapsed = time.Since(began).Seconds()
+		emitMu.Lock()
+		defer emitMu.Unlock()
+		if emit != nil {
+			emit(e)
+		}
+	}
+	trainSet, testSet, err := LoadData(cfg.Dataset, cfg.DataPath, cfg.Train.Seed)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Train.Logger = log
+	t, err := train.New(cfg.Train, trainSet)
+	if err != nil {
+		return nil, err
+	}
+	meta := map[string]string{
+		MetaModel: t.Model().Spec(), MetaDataset: trainSet.Name, MetaNetwork: cfg.Train.Network,
+		MetaFingerprint: t.Fingerprint().String(),
+	}
+	if st != nil {
+		if err := resume(ctx, cfg, st, t, log, send); err != nil {
+			return nil, err
+		}
+	} else {
+		send(Event{Event: "start", Fingerprint: t.Fingerprint().String(), Message: "no data dir: training without checkpoints"})
+	}
+
+	ck := newCheckpointer(st, meta, log, send)
+	defer ck.close()
+	if st != nil && cfg.Fresh {
+		// A fresh run's first checkpoint supersedes the old run at once, so a
+		// crash before the next one cannot resume the run we meant to drop.
+		if err := ck.saveNow(ctx, t.State(), false); err != nil {
+			return nil, err
+		}
+	}
+
+	res := &Result{Trainer: t, Test: testSet}
+	steps := int64(math.Ceil(float64(t.ShardSize())/float64(cfg.Train.Batch))) * int64(cfg.Train.Epochs)
+	lastReport, lastCkpt := time.Now(), time.Now()
+	var lossEMA float64
+	var seen int
+	startStats := t.Stats()
+	stopped := func() bool {
+		s := t.Stats()
+		return (cfg.MaxSteps > 0 && s.Steps >= cfg.MaxSteps) || (cfg.Duration > 0 && time.Since(began) >= cfg.Duration)
+	}
+	for !stopped() {
+		stats, err := t.Step(ctx)
+		if errors.Is(err, train.ErrDone) {
+			res.Finished = true
+			break
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		seen++
+		if seen == 1 {
+			lossEMA = stats.Loss
+		} else {
+			lossEMA = 0.98*lossEMA + 0.02*stats.Loss
+		}
+		now := time.Now()
+		if cfg.CheckpointEvery > 0 && now.Sub(lastCkpt) >= cfg.CheckpointEvery {
+			ck.offer(t.State())
+			lastCkpt = now
+		}
+		epochEnd := stats.Step > 0 && t.Stats().Epoch != stats.Epoch
+		if epochEnd || now.Sub(lastReport) >= cfg.ReportEvery {
+			s := t.Stats()
+			e := Event{Event: "progress", Step: s.Steps, Epoch: s.Epoch, Progress: float64(s.Progress), Loss: lossEMA}
+			if el := now.Sub(began).Seconds(); el > 0 {
+				e.SamplesPerSec = float64(s.Samples-startStats.Samples) / el
+				if done := s.Steps - startStats.Steps; done > 0 && steps > s.Steps {
+					e.ETA = el / float64(done) * float64(steps-s.Steps)
+				}
+			}
+			if epochEnd {
+				e.Event = "epoch"
+				r, err := t.Evaluate(testSet)
+				if err != nil {
+					return nil, err
+				}
+				e.TestAccuracy, e.TestLoss = &r.Accuracy, r.Loss
+				if cfg.UntilAccuracy > 0 && r.Accuracy >= cfg.UntilAccuracy {
+					send(e)
+					res.Finished = true
+					break
+				}
+			}
+			send(e)
+			lastReport = now
+		}
+	}
+	if cfg.MaxSteps > 0 || cfg.Duration > 0 {
+		res.Finished = res.Finished || (ctx.Err() == nil)
+	}
+	r, err := t.Evaluate(testSet)
+	if err != nil {
+		return nil, err
+	}
+	res.TestAccuracy = r.Accuracy
+	// The final checkpoint is written even when interrupted (not marked
+	// final then), so a stopped run resumes where it stopped. It must not
+	// be cut short by the cancelled run context.
+	if err := ck.saveNow(context.WithoutCancel(ctx), t.State(), res.Finished); err != nil {
+		return nil, err
+	}
+	s := t.Stats()
+	send(Event{Event: "final", Step: s.Steps, Epoch: s.Epoch, Progress: float64(s.Progress), Loss: lossEMA,
+		TestAccuracy: &r.Accuracy, TestLoss: r.Loss, SamplesPerSec: s.SamplesPerSec, Fingerprint: t.Fingerprint().String()})
+	return res, nil
+}
+
+// resume restores the newest usable checkpoint unless cfg.Fresh is set.
+func resume(ctx context.Context, cfg RunConfig, st store.Store, t *train.Trainer, log *slog.Logger, send func(Event)) error {
+	fp := t.Fingerprint()
+	cp, skipped, err := st.LoadLatest(ctx, fp)
+	for _, s := range skipped {
+		// Skipped checkpoints stay in the store for inspection.
+		log.Warn("checkpoint skipped", "component", "node", "checkpoint", s.ID, "reason", s.Err)
+	}
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		send(Event{Event: "start", Fingerprint: fp.String(), Message: "no checkpoint: starting fresh"})
+		return nil
+	case err != nil:
+		return err
+	case cfg.Fresh:
+		send(Event{Event: "start", Fingerprint: fp.String(),
+			Message: fmt.Sprintf("--fresh: starting over (checkpoint %d at step %d is kept but superseded)", cp.ID, cp.Step)})
+		return nil
+	case cp.Final:
+		return fmt.Errorf("%w at step %d (checkpoint %d); pass --fresh to start over, or run 'meshtrain export' for the model",
+			ErrFinished, cp.Step, cp.ID)
+	}
+	var state train.State
+	if err := json.Unmarshal([]byte(cp.Meta[MetaTrainerState]), &state); err != nil {
+		return fmt.Errorf("node: checkpoint %d has no readable trainer state: %w (pass --fresh to start over)", cp.ID, err)
+	}
+	state.Params, state.Momentum = cp.Params, cp.OptState
+	if err := t.Restore(state); err != nil {
+		return fmt.Errorf("node: checkpoint %d does not fit this run's settings: %w (pass --fresh to start over)", cp.ID, err)
+	}
+	send(Event{Event: "resumed", Step: cp.Step, Epoch: state.Epoch, Progress: float64(cp.Progress), Checkpoint: cp.ID,
+		Fingerprint: fp.String(), Message: fmt.Sprintf("resumed from checkpoint %d at step %d", cp.ID, cp.Step)})
+	return nil
+}
+
+// checkpointer writes checkpoints on its own goroutine so the trainer never
+// waits on the disk. It owns the pending slot: at most one checkpoint waits
+// while another is written; a newer offer replaces a waiting one.
+type checkpointer struct {
+	st   store.Store
+	meta map[string]string
+	log  *slog.Logger
+	send func(Event)
+
+	pending chan train.State
+	done    chan struct{}
+	mu      sync.Mutex // serialises Save between the goroutine and saveNow
+}
+
+func newCheckpointer(st store.Store, meta map[string]string, log *slog.Logger, send func(Event)) *checkpointer {
+	c := &checkpointer{st: st, meta: meta, log: log.With("component", "checkpointer"), send: send,
+		pending: make(chan train.State, 1), done: make(chan struct{})}
+	if st == nil {
+		close(c.done)
+		return c
+	}
+	go func() {
+		defer close(c.done)
+		for s := range c.pending {
+			if err := c.save(context.Background(), s, false); err != nil {
+				c.log.Error("checkpoint failed", "step", s.Step, "err", err)
+			}
+		}
+	}()
+	return c
+}
+
+// offer queues s, replacing a checkpoint still waiting; it never blocks.
+func (c *checkpointer) offer(s train.State) {
+	if c.st == nil {
+		return
+	}
+	for {
+		select {
+		case c.pending <- s:
+			return
+		default:
+		}
+		select {
+		case <-c.pending: // drop the older waiting one
+		default:
+		}
+	}
+}
+
+// saveNow writes s synchronously (after any write in flight).
+func (c *checkpointer) saveNow(ctx context.Context, s train.State, final bool) error {
+	if c.st == nil {
+		return nil
+	}
+	return c.save(ctx, s, final)
+}
+
+func (c *checkpointer) save(ctx context.Context, s train.State, final bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	stateJSON, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	meta := make(map[string]string, len(c.meta)+3)
+	for k, v := range c.meta {
+		meta[k] = v
+	}
+	meta[MetaTrainerState] = string(stateJSON)
+	meta[MetaStep] = strconv.FormatInt(s.Step, 10)
+	meta[MetaProgress] = strconv.FormatFloat(float64(s.Progress), 'g', -1, 64)
+	fp, _ := params.ParseFingerprint(c.meta[MetaFingerprint])
+	info, err := c.st.Save(ctx, &store.Checkpoint{Fingerprint: fp, Step: s.Step, Progress: s.Progress,
+		Params: s.Params, OptState: s.Momentum, Meta: meta, Final: final})
+	if err != nil {
+		return fmt.Errorf("node: checkpoint at step %d: %w", s.Step, err)
+	}
+	// This event is the promise the crash tests hold us to: once printed,
+	// the checkpoint is committed and synced.
+	c.send(Event{Event: "checkpoint", Step: info.Step, Progress: float64(info.Progress), Checkpoint: info.ID})
+	return nil
+}
+
+// close stops the goroutine after the checkpoint in flight is written.
+func (c *checkpointer) close() {
+	if c.st != nil {
+		close(c.pending)
+	}
+	<-c.done
+}
