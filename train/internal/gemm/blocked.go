@@ -137,6 +137,9 @@ func packA(trans bool, a []float32, lda, i0, mc, p0, kc, mr int, dst []float32) 
 		}
 		if trans {
 			// op(A)[i][p] = A[p][i]: each p is a contiguous run of rows.
+			if mh == 16 && copy16(a[p0*lda+i0+ir:], lda, kc, panel) {
+				continue
+			}
 			for p := range kc {
 				src := a[(p0+p)*lda+i0+ir:]
 				d := panel[p*mr:]
@@ -174,6 +177,9 @@ func packB(trans bool, b []float32, ldb, p0, kc, j0, nc, nr int, dst []float32) 
 			if nw != 16 || !transpose16(src, ldb, kc, panel) {
 				transpose(src, ldb, nw, kc, panel, nr)
 			}
+			continue
+		}
+		if nw == 16 && copy16(b[p0*ldb+j0+jr:], ldb, kc, panel) {
 			continue
 		}
 		for p := range kc {

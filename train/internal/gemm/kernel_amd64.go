@@ -74,3 +74,19 @@ func transpose16(src []float32, ld, kc int, dst []float32) bool {
 
 //go:noescape
 func transpose16AVX2(kc int, src *float32, idx *int32, dst *float32)
+
+// copy16 sets dst[p*16+j] = src[p*ld+j] for p < kc, j < 16, and reports
+// false when no assembly kernel is in use. A 64-byte array copy in Go goes
+// through memmove, which costs more than the copy itself here.
+func copy16(src []float32, ld, kc int, dst []float32) bool {
+	if level == levelGeneric {
+		return false
+	}
+	_ = src[(kc-1)*ld+15]
+	_ = dst[kc*16-1]
+	copy16AVX2(kc, &src[0], ld, &dst[0])
+	return true
+}
+
+//go:noescape
+func copy16AVX2(kc int, src *float32, ld int, dst *float32)

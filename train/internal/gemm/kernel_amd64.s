@@ -296,3 +296,26 @@ loopT8:
 	JNZ        loopT8
 	VZEROUPPER
 	RET
+
+// func copy16AVX2(kc int, src *float32, ld int, dst *float32)
+//
+// dst[p*16+j] = src[p*ld+j] for p < kc, j < 16: sixteen-float runs of kc
+// strided rows, packed back to back.
+TEXT ·copy16AVX2(SB), NOSPLIT, $0-32
+	MOVQ kc+0(FP), CX
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), R8
+	MOVQ dst+24(FP), DI
+	SHLQ $2, R8
+
+loopC16:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ    R8, SI
+	ADDQ    $64, DI
+	DECQ    CX
+	JNZ     loopC16
+	VZEROUPPER
+	RET

@@ -9,3 +9,5 @@ var kernels = [...]microKernel{
 func detectLevel() int { return levelGeneric }
 
 func transpose16(src []float32, ld, kc int, dst []float32) bool { return false }
+
+func copy16(src []float32, ld, kc int, dst []float32) bool { return false }
