@@ -2,10 +2,13 @@
 // Sgemm computes C = alpha*op(A)*op(B) + beta*C on row-major float32 slices,
 // and SgemmParallel splits the same work across goroutines.
 //
-// On amd64 CPUs with AVX2 and FMA the inner loop is an assembly micro-kernel
-// over packed, cache-blocked panels of A and B; elsewhere, or built with the
-// purego tag, a portable Go kernel runs the same blocking. Transposes cost
-// nothing extra: packing reads either layout.
+// The work is blocked for the caches and both operands are packed into
+// panels that a register-tile micro-kernel walks. The kernel is chosen once,
+// at start-up, from what the CPU offers: on amd64 a 16×16 AVX-512 kernel, or
+// a 6×16 AVX2+FMA kernel, both in assembly with gather-based packing of
+// transposed panels; elsewhere, or built with the purego tag, a portable Go
+// kernel over the same blocking. Transposes cost nothing extra: packing reads
+// either layout. Products too small to repay packing take a direct loop.
 //
 // A dense layer's forward pass, Y = X·Wᵀ with X batch×in and W out×in:
 //
