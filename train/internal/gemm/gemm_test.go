@@ -260,13 +260,23 @@ func TestCheck(t *testing.T) {
 }
 
 func TestSgemmPanicsOnBadArgs(t *testing.T) {
-	defer func() {
-		err, _ := recover().(error)
-		if !errors.Is(err, ErrBadArgs) {
-			t.Fatalf("recovered %v, want ErrBadArgs", err)
-		}
-	}()
-	Sgemm(false, false, 3, 4, 2, 1, make([]float32, 5), 2, make([]float32, 8), 4, 0, make([]float32, 12), 4)
+	short := func() { // A needs 6 floats, gets 5
+		Sgemm(false, false, 3, 4, 2, 1, make([]float32, 5), 2, make([]float32, 8), 4, 0, make([]float32, 12), 4)
+	}
+	shortParallel := func() { // C needs 12 floats, gets 11
+		SgemmParallel(2, false, false, 3, 4, 2, 1, make([]float32, 6), 2, make([]float32, 8), 4, 0, make([]float32, 11), 4)
+	}
+	for name, f := range map[string]func(){"Sgemm": short, "SgemmParallel": shortParallel} {
+		func() {
+			defer func() {
+				err, _ := recover().(error)
+				if !errors.Is(err, ErrBadArgs) {
+					t.Errorf("%s: recovered %v, want ErrBadArgs", name, err)
+				}
+			}()
+			f()
+		}()
+	}
 }
 
 func pick[T any](rng *rand.Rand, xs []T) T { return xs[rng.IntN(len(xs))] }
