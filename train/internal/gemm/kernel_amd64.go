@@ -65,7 +65,13 @@ func transpose16(src []float32, ld, kc int, dst []float32) bool {
 		idx[j] = int32(j * ld)
 	}
 	if level == levelAVX512 {
-		transpose16AVX512(kc, &src[0], &idx[0], &dst[0])
+		blocks := kc / 16
+		if blocks > 0 {
+			transposeBlocksAVX512(blocks, &src[0], ld, &dst[0])
+		}
+		if rest := kc - blocks*16; rest > 0 {
+			transpose16AVX512(rest, &src[blocks*16], &idx[0], &dst[blocks*16*16])
+		}
 	} else {
 		transpose16AVX2(kc, &src[0], &idx[0], &dst[0])
 	}
@@ -90,3 +96,6 @@ func copy16(src []float32, ld, kc int, dst []float32) bool {
 
 //go:noescape
 func copy16AVX2(kc int, src *float32, ld int, dst *float32)
+
+//go:noescape
+func transposeBlocksAVX512(blocks int, src *float32, ld int, dst *float32)
