@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,7 +40,11 @@ func Open(dir string, opts Options) (Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := badger.Open(badgerOptions(filepath.Join(dir, dbDir), opts.Logger))
+	bo := badgerOptions(filepath.Join(dir, dbDir), opts.Logger)
+	if opts.valueLogFileSize > 0 {
+		bo = bo.WithValueLogFileSize(opts.valueLogFileSize)
+	}
+	db, err := badger.Open(bo)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("store: open database in %s: %w", dir, err), unlock())
 	}
@@ -48,7 +53,7 @@ func Open(dir string, opts Options) (Store, error) {
 	if err != nil {
 		return nil, errors.Join(err, db.Close(), unlock())
 	}
-	gc := startGC(db, opts.GCInterval, opts.Logger)
+	gc := startGC(bk, opts.GCInterval, opts.Logger)
 	s.gc = gc
 	s.shutdown = func() error {
 		gc.stop()
@@ -105,14 +110,17 @@ func (badgerLogger) Debugf(string, ...any) {}
 type gcLoop struct {
 	done chan struct{}
 	quit chan struct{}
+	// kicks asks for a pass now, after checkpoints were deleted, so disk
+	// use does not wait for the timer.
+	kicks chan struct{}
 	// passes counts GC calls that rewrote a file, for tests.
 	passes atomic.Int64
-	// ticks counts timer firings, for tests.
+	// ticks counts rounds started by the timer or a kick, for tests.
 	ticks atomic.Int64
 }
 
-func startGC(db *badger.DB, every time.Duration, log *slog.Logger) *gcLoop {
-	g := &gcLoop{done: make(chan struct{}), quit: make(chan struct{})}
+func startGC(db *badgerKV, every time.Duration, log *slog.Logger) *gcLoop {
+	g := &gcLoop{done: make(chan struct{}), quit: make(chan struct{}), kicks: make(chan struct{}, 1)}
 	go func() {
 		defer close(g.done)
 		t := time.NewTicker(every)
@@ -122,6 +130,7 @@ func startGC(db *badger.DB, every time.Duration, log *slog.Logger) *gcLoop {
 			case <-g.quit:
 				return
 			case <-t.C:
+			case <-g.kicks:
 			}
 			g.ticks.Add(1)
 			// Each successful call rewrites one file; keep going until
@@ -132,7 +141,7 @@ func startGC(db *badger.DB, every time.Duration, log *slog.Logger) *gcLoop {
 					return
 				default:
 				}
-				err := db.RunValueLogGC(0.5)
+				err := db.runGC()
 				if err == nil {
 					g.passes.Add(1)
 					continue
@@ -147,25 +156,66 @@ func startGC(db *badger.DB, every time.Duration, log *slog.Logger) *gcLoop {
 	return g
 }
 
+// kick requests a pass without waiting for it.
+func (g *gcLoop) kick() {
+	select {
+	case g.kicks <- struct{}{}:
+	default:
+	}
+}
+
 // stop is idempotent only through Close, which calls it once.
 func (g *gcLoop) stop() {
 	close(g.quit)
 	<-g.done
 }
 
-type badgerKV struct{ db *badger.DB }
+type badgerKV struct {
+	db *badger.DB
+	// gate keeps our writes out while DropPrefix or value-log GC runs:
+	// DropPrefix would fail them with ErrBlockedWrites, and GC's rewrite
+	// reads memtable state that concurrent writes change without a lock
+	// (a data race in badger v4.9.6). Writers hold gate for reading and
+	// wait; those two hold it exclusively.
+	gate sync.RWMutex
+}
 
 func (b *badgerKV) view(fn func(r kvReader) error) error {
 	return b.db.View(func(txn *badger.Txn) error { return fn(badgerTxn{txn}) })
 }
 
 func (b *badgerKV) update(fn func(w kvWriter) error) error {
+	b.gate.RLock()
+	defer b.gate.RUnlock()
 	return b.db.Update(func(txn *badger.Txn) error { return fn(badgerTxn{txn}) })
 }
 
-func (b *badgerKV) newBatch() kvBatch { return badgerBatch{b.db.NewWriteBatch()} }
-func (b *badgerKV) sync() error       { return b.db.Sync() }
-func (b *badgerKV) close() error      { return b.db.Close() }
+func (b *badgerKV) newBatch() kvBatch {
+	b.gate.RLock()
+	return &badgerBatch{wb: b.db.NewWriteBatch(), release: sync.OnceFunc(b.gate.RUnlock)}
+}
+
+// dropPrefixes uses DropPrefix rather than deleting keys one by one:
+// deleted values in the value log become reclaimable only once a
+// compaction has seen both them and their tombstones, and with checkpoint
+// data in the value log the LSM tree stays so small that such compactions
+// would hardly ever run. DropPrefix flushes and compacts at once and
+// credits the dropped values to the value-log GC.
+func (b *badgerKV) dropPrefixes(prefixes ...[]byte) error {
+	b.gate.Lock()
+	defer b.gate.Unlock()
+	return b.db.DropPrefix(prefixes...)
+}
+
+// runGC is one value-log GC call.
+func (b *badgerKV) runGC() error {
+	b.gate.Lock()
+	defer b.gate.Unlock()
+	return b.db.RunValueLogGC(0.5)
+}
+
+func (b *badgerKV) sync() error  { return b.db.Sync() }
+func (b *badgerKV) close() error { return b.db.Close() }
 
 type badgerTxn struct{ txn *badger.Txn }
 
@@ -223,9 +273,21 @@ func (t badgerTxn) scan(prefix []byte, reverse, values bool, fn func(k, v []byte
 func (t badgerTxn) set(k, v []byte) error { return t.txn.Set(k, v) }
 func (t badgerTxn) del(k []byte) error    { return t.txn.Delete(k) }
 
-type badgerBatch struct{ wb *badger.WriteBatch }
+// badgerBatch holds the gate for reading from creation to flush or cancel.
+type badgerBatch struct {
+	wb      *badger.WriteBatch
+	release func()
+}
 
-func (b badgerBatch) set(k, v []byte) error { return b.wb.Set(k, v) }
-func (b badgerBatch) del(k []byte) error    { return b.wb.Delete(k) }
-func (b badgerBatch) flush() error          { return b.wb.Flush() }
-func (b badgerBatch) cancel()               { b.wb.Cancel() }
+func (b *badgerBatch) set(k, v []byte) error { return b.wb.Set(k, v) }
+func (b *badgerBatch) del(k []byte) error    { return b.wb.Delete(k) }
+
+func (b *badgerBatch) flush() error {
+	defer b.release()
+	return b.wb.Flush()
+}
+
+func (b *badgerBatch) cancel() {
+	defer b.release()
+	b.wb.Cancel()
+}

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -18,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
 )
 
 // Child process modes: the test binary re-executes itself with childEnv
@@ -694,5 +698,66 @@ func TestLargeCheckpoint(t *testing.T) {
 	checkSame(t, got, c)
 	if n := countKeys(t, s, chunkPrefix(info.ID)); n != 104 {
 		t.Errorf("%d chunks, want 104 of 1 MiB", n)
+	}
+}
+
+// diskUsage is the space files under dir really take (not their apparent
+// size: Badger preallocates value-log files sparsely).
+func diskUsage(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n += fi.Sys().(*syscall.Stat_t).Blocks * 512
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestDiskSpaceIsReclaimed saves many checkpoints with Keep 1 and checks
+// that the space of deleted ones comes back: without compaction credit for
+// deleted values, value-log GC finds nothing to do and the log grows by
+// every checkpoint ever written.
+func TestDiskSpaceIsReclaimed(t *testing.T) {
+	const (
+		vlogFile = 1 << 20
+		size     = 1 << 20
+		saves    = 40
+	)
+	dir := t.TempDir()
+	s := openBadgerDir(t, dir, Options{Keep: 1, ChunkSize: 64 << 10, GCInterval: time.Hour, valueLogFileSize: vlogFile})
+	c := ckpt(fpA, 1, size/4, 0)
+	for range saves {
+		c.Step++
+		mustSave(t, s, c)
+	}
+	bk := s.kv.(*badgerKV)
+	for {
+		err := bk.runGC()
+		if errors.Is(err, badger.ErrNoRewrite) {
+			break
+		}
+		if err != nil && !errors.Is(err, badger.ErrRejected) {
+			t.Fatal(err)
+		}
+	}
+	// One live checkpoint, the value-log file being written (preallocated
+	// to twice its size), a partly dead file or two, and the memtable
+	// files: far below the 40 MiB written.
+	if used, limit := diskUsage(t, dir), int64(8*size+16<<20); used > limit {
+		t.Errorf("%d saves of %d bytes with Keep 1 use %d bytes on disk, want at most %d", saves, size, used, limit)
+	}
+	got, err := s.Load(t.Context(), mustList(t, s)[0].ID)
+	if err != nil || got.Step != c.Step {
+		t.Fatalf("newest after GC: %v, %v", got, err)
 	}
 }

@@ -436,6 +436,45 @@ func runConformance(t *testing.T, open opener) {
 		}
 	})
 
+	t.Run("LoadWhilePruning", func(t *testing.T) {
+		s := open(t, Options{ChunkSize: MinChunkSize, Keep: 1})
+		mustSave(t, s, ckpt(fpA, 1, 20*MinChunkSize/4, 0))
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			defer close(done)
+			for step := range int64(12) {
+				if _, err := s.Save(t.Context(), ckpt(fpA, 2+step, 20*MinChunkSize/4, 0)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+		wg.Go(func() {
+			// Whatever is listed may be pruned before or while it is read:
+			// that must look like ErrNotFound, never like corruption.
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				infos, err := s.List()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, in := range infos {
+					if _, err := s.Load(t.Context(), in.ID); err != nil && !errors.Is(err, ErrNotFound) {
+						t.Errorf("load of checkpoint %d while pruning: %v", in.ID, err)
+						return
+					}
+				}
+			}
+		})
+		wg.Wait()
+	})
+
 	t.Run("Concurrent", func(t *testing.T) {
 		s := open(t, Options{ChunkSize: MinChunkSize, Keep: 2, HistoryLimit: 50})
 		first := mustSave(t, s, ckpt(fpA, 1, 4000, 100))

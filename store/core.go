@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -21,9 +22,9 @@ import (
 //
 // Locking: life is held for reading by every method for its whole call and
 // for writing by Close, so Close waits for calls in flight. ckptMu
-// serialises Save (and the pruning it does) and owns nextID. statusMu owns
-// status, histMu owns the history counters. Lock order: life, ckptMu,
-// histMu, statusMu.
+// serialises Save (and the pruning it does) and owns nextID. dropMu is
+// described on the field. statusMu owns status, histMu owns the history
+// counters. Lock order: life, ckptMu, dropMu, histMu, statusMu.
 type kvStore struct {
 	kv   kv
 	opts Options
@@ -38,6 +39,12 @@ type kvStore struct {
 
 	ckptMu sync.Mutex
 	nextID uint64
+
+	// dropMu keeps the deletion of checkpoint data out of reads in flight:
+	// Badger's DropPrefix does not respect read snapshots, so a Load racing
+	// with pruning could see chunks vanish and call a deleted checkpoint
+	// corrupt. Reads hold it shared, deleteChunks exclusively.
+	dropMu sync.RWMutex
 
 	statusMu sync.Mutex
 	// status caches verification results of this process: true verified,
@@ -124,7 +131,9 @@ func (s *kvStore) Close() error {
 func (s *kvStore) removeOrphans() error {
 	have := map[uint64]bool{}
 	var maxID, seq uint64
+	// orphans holds one chunk prefix per unfinished checkpoint.
 	var orphans [][]byte
+	orphanKeys := 0
 	err := s.kv.view(func(r kvReader) error {
 		err := r.get(keyCkptSeq, func(v []byte) error {
 			if len(v) != 8 {
@@ -151,8 +160,16 @@ func (s *kvStore) removeOrphans() error {
 			if ok {
 				maxID = max(maxID, id)
 			}
-			if !ok || !have[id] {
+			switch {
+			case !ok:
+				// Not a key this store writes: drop just this key.
 				orphans = append(orphans, slices.Clone(k))
+				orphanKeys++
+			case !have[id]:
+				if len(orphans) == 0 || !bytes.Equal(orphans[len(orphans)-1], chunkPrefix(id)) {
+					orphans = append(orphans, chunkPrefix(id))
+				}
+				orphanKeys++
 			}
 			return true, nil
 		})
@@ -164,23 +181,12 @@ func (s *kvStore) removeOrphans() error {
 	if len(orphans) == 0 {
 		return nil
 	}
-	if err := s.deleteKeys(orphans); err != nil {
-		return fmt.Errorf("store: remove %d orphan chunks: %w", len(orphans), err)
+	if err := s.kv.dropPrefixes(orphans...); err != nil {
+		return fmt.Errorf("store: remove data of %d unfinished checkpoints: %w", len(orphans), err)
 	}
-	s.orphansRemoved = len(orphans)
-	s.log.Warn("removed data of an unfinished checkpoint", "chunks", len(orphans))
+	s.orphansRemoved = orphanKeys
+	s.log.Warn("removed data of unfinished checkpoints", "checkpoints", len(orphans), "chunks", orphanKeys)
 	return nil
-}
-
-func (s *kvStore) deleteKeys(keys [][]byte) error {
-	b := s.kv.newBatch()
-	defer b.cancel()
-	for _, k := range keys {
-		if err := b.del(k); err != nil {
-			return err
-		}
-	}
-	return b.flush()
 }
 
 func (s *kvStore) hook(point string) {
@@ -382,17 +388,9 @@ func (s *kvStore) dropUnfinished(id uint64) {
 }
 
 func (s *kvStore) deleteChunks(id uint64) error {
-	var keys [][]byte
-	err := s.kv.view(func(r kvReader) error {
-		return r.scan(chunkPrefix(id), false, false, func(k, _ []byte) (bool, error) {
-			keys = append(keys, slices.Clone(k))
-			return true, nil
-		})
-	})
-	if err != nil {
-		return err
-	}
-	return s.deleteKeys(keys)
+	s.dropMu.Lock()
+	defer s.dropMu.Unlock()
+	return s.kv.dropPrefixes(chunkPrefix(id))
 }
 
 // deleteCheckpoint removes the manifest first: once it is gone the
@@ -402,10 +400,12 @@ func (s *kvStore) deleteCheckpoint(id uint64) error {
 	if err := s.kv.update(func(w kvWriter) error { return w.del(manKey(id)) }); err != nil {
 		return err
 	}
+	err := s.deleteChunks(id)
+	// After deleteChunks no read of id is in flight to record a verdict.
 	s.statusMu.Lock()
 	delete(s.status, id)
 	s.statusMu.Unlock()
-	return s.deleteChunks(id)
+	return err
 }
 
 // entry is one listed manifest; err is set (wrapping ErrCorrupt) when it
@@ -480,6 +480,8 @@ func (s *kvStore) Load(ctx context.Context, id uint64) (*Checkpoint, error) {
 // the same time cannot pull chunks away mid-read. With decode false it
 // only verifies, allocating no vectors.
 func (s *kvStore) read(ctx context.Context, id uint64, decode bool) (*Checkpoint, error) {
+	s.dropMu.RLock()
+	defer s.dropMu.RUnlock()
 	var c *Checkpoint
 	err := s.kv.view(func(r kvReader) error {
 		var err error
@@ -590,6 +592,8 @@ func (s *kvStore) LoadLatest(ctx context.Context, fp params.Fingerprint) (*Check
 		found   *Checkpoint
 		skipped []Skipped
 	)
+	s.dropMu.RLock()
+	defer s.dropMu.RUnlock()
 	err := s.kv.view(func(r kvReader) error {
 		es, err := entriesIn(r)
 		if err != nil {
@@ -662,6 +666,9 @@ func (s *kvStore) prune(ctx context.Context) error {
 		if err := s.deleteCheckpoint(id); err != nil {
 			return fmt.Errorf("delete checkpoint %d: %w", id, err)
 		}
+	}
+	if len(drop) > 0 && s.gc != nil {
+		s.gc.kick()
 	}
 	return nil
 }

@@ -20,6 +20,9 @@ type kv interface {
 	// newBatch starts bulk writes that are not atomic as a whole. Values
 	// handed to set must not change until flush or cancel returns.
 	newBatch() kvBatch
+	// dropPrefixes deletes every key with one of the prefixes, and makes
+	// the space they held reclaimable.
+	dropPrefixes(prefixes ...[]byte) error
 	// sync makes everything written so far survive power loss.
 	sync() error
 	close() error
@@ -93,7 +96,24 @@ func (s *memKV) update(fn func(w kvWriter) error) error {
 }
 
 func (s *memKV) newBatch() kvBatch { return &memBatch{s} }
-func (s *memKV) sync() error       { return nil }
+
+func (s *memKV) dropPrefixes(prefixes ...[]byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	for k := range s.m {
+		for _, p := range prefixes {
+			if bytes.HasPrefix([]byte(k), p) {
+				delete(s.m, k)
+				break
+			}
+		}
+	}
+	return nil
+}
+func (s *memKV) sync() error { return nil }
 
 func (s *memKV) close() error {
 	s.mu.Lock()

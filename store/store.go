@@ -204,6 +204,10 @@ type Options struct {
 	// CrashHook, when set, is called with one of the Crash* points while a
 	// checkpoint is saved, so tests can kill the process there.
 	CrashHook func(point string)
+
+	// valueLogFileSize overrides the value-log file size in this package's
+	// tests, so that reclaiming space can be shown with little data.
+	valueLogFileSize int64
 }
 
 // Defaults and limits.
