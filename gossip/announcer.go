@@ -1,0 +1,299 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/meshtrain/meshtrain/params"
+)
+
+var networkPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// AnnounceTopic is the announce topic of a network. The network name is in
+// the topic so separate meshes sharing peers never hear each other.
+func AnnounceTopic(network string) string { return "/meshtrain/" + network + "/announce/1" }
+
+// AnnounceConfig tunes an Announcer.
+type AnnounceConfig struct {
+	// Network is the network name: 1-64 of [A-Za-z0-9._-]. Required.
+	Network string
+	// Fingerprint of the model this node trains. Required: announcements
+	// for any other fingerprint are ignored.
+	Fingerprint params.Fingerprint
+	// Interval between our announcements, and the window the flood limit
+	// counts in. Default 5s.
+	Interval time.Duration
+	// FreshWindow: a peer stays in Fresh this long after its latest
+	// announcement. Default 3*Interval, so one or two lost messages do not
+	// drop a live peer.
+	FreshWindow time.Duration
+	// MaxAge: an announcement whose timestamp is older is ignored as stale.
+	// Default FreshWindow: it could not make its peer fresh anyway, and
+	// this is below pubsub's seen-message TTL (2 min), so a replay of an
+	// old message that pubsub no longer remembers is still refused.
+	MaxAge time.Duration
+	// MaxSkew: how far in the future a timestamp may be (clock skew).
+	// Default 30s.
+	MaxSkew time.Duration
+	// MaxPerInterval: announcements accepted per peer per Interval; more
+	// are ignored and counted as "flood". Default 3.
+	MaxPerInterval int
+	// MaxPeers caps the peers tracked at once. Default 4096.
+	MaxPeers int
+	// OnReject, Counters and Logger as in Config.
+	OnReject RejectFunc
+	Counters *Counters
+	Logger   *slog.Logger
+	// Now is the clock; time.Now if nil.
+	Now func() time.Time
+}
+
+// DefaultAnnounceConfig returns the defaults documented on AnnounceConfig;
+// the caller sets Network and Fingerprint.
+func DefaultAnnounceConfig() AnnounceConfig {
+	return AnnounceConfig{
+		Interval:       5 * time.Second,
+		FreshWindow:    15 * time.Second,
+		MaxAge:         15 * time.Second,
+		MaxSkew:        30 * time.Second,
+		MaxPerInterval: 3,
+		MaxPeers:       4096,
+	}
+}
+
+// Validate reports every bad field at once.
+func (c AnnounceConfig) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrBadConfig}, a...)...))
+	}
+	if !networkPattern.MatchString(c.Network) {
+		bad("Network %q is not 1-64 of [A-Za-z0-9._-]", c.Network)
+	}
+	if c.Fingerprint.IsZero() {
+		bad("Fingerprint is required")
+	}
+	if c.Interval <= 0 {
+		bad("Interval %v not positive", c.Interval)
+	}
+	if c.FreshWindow < c.Interval {
+		bad("FreshWindow %v shorter than Interval %v", c.FreshWindow, c.Interval)
+	}
+	if c.MaxAge <= 0 {
+		bad("MaxAge %v not positive", c.MaxAge)
+	}
+	if c.MaxSkew < 0 {
+		bad("MaxSkew %v negative", c.MaxSkew)
+	}
+	if c.MaxPerInterval < 1 {
+		bad("MaxPerInterval %d < 1", c.MaxPerInterval)
+	}
+	if c.MaxPeers < 1 {
+		bad("MaxPeers %d < 1", c.MaxPeers)
+	}
+	return errors.Join(errs...)
+}
+
+// LocalFunc returns what this node wants to announce now. The Announcer
+// fills in Peer, Fingerprint, TimeMs and (if empty) Addrs.
+type LocalFunc func() Announcement
+
+// Announcer publishes this node's announcements on the announce topic,
+// validates everyone else's and keeps the table of fresh peers.
+//
+// Goroutines: a reader loop (drains the subscription into the table) and a
+// tick loop (publishes, if a LocalFunc was given, and prunes the table). pubsub runs validate on its
+// own goroutines. The table has its own mutex (see peerTable).
+type Announcer struct {
+	h        host.Host
+	ps       *pubsub.PubSub
+	cfg      AnnounceConfig
+	local    LocalFunc
+	topic    *pubsub.Topic
+	sub      *pubsub.Subscription
+	table    *peerTable
+	counters *Counters
+	rj       *rejecter
+	log      *slog.Logger
+	now      func() time.Time
+	pubLog   *logLimiter
+
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// NewAnnouncer registers the validator, joins and subscribes to the
+// network's announce topic on ps (which the node creates, gossipsub with
+// the default strict signing) and starts the loops. local may be nil to
+// listen without announcing.
+func NewAnnouncer(h host.Host, ps *pubsub.PubSub, cfg AnnounceConfig, local LocalFunc) (*Announcer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Counters == nil {
+		cfg.Counters = new(Counters)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	name := AnnounceTopic(cfg.Network)
+	log := cfg.Logger.With("component", "gossip", "topic", name)
+	a := &Announcer{
+		h: h, ps: ps, cfg: cfg, local: local,
+		table:    newPeerTable(cfg.FreshWindow, cfg.Interval, cfg.MaxPerInterval, cfg.MaxPeers),
+		counters: cfg.Counters,
+		rj:       newRejecter(cfg.Counters, cfg.OnReject, log),
+		log:      log,
+		now:      cfg.Now,
+		pubLog:   &logLimiter{every: time.Minute},
+	}
+	if err := ps.RegisterTopicValidator(name, a.validate); err != nil {
+		return nil, fmt.Errorf("gossip: register validator for %s: %w", name, err)
+	}
+	topic, err := ps.Join(name)
+	if err != nil {
+		_ = ps.UnregisterTopicValidator(name)
+		return nil, fmt.Errorf("gossip: join %s: %w", name, err)
+	}
+	sub, err := topic.Subscribe()
+	if err != nil {
+		_ = topic.Close()
+		_ = ps.UnregisterTopicValidator(name)
+		return nil, fmt.Errorf("gossip: subscribe %s: %w", name, err)
+	}
+	a.topic, a.sub = topic, sub
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	a.wg.Add(2)
+	go a.readLoop(ctx)
+	go a.tickLoop(ctx)
+	return a, nil
+}
+
+// Counters returns the counters the announcer counts into.
+func (a *Announcer) Counters() *Counters { return a.counters }
+
+// Fresh returns a copy of the peers (other than us) whose latest accepted
+// announcement arrived within FreshWindow, ordered by peer ID: the
+// candidates for partner choice.
+func (a *Announcer) Fresh() []PeerInfo { return a.table.freshPeers(a.now()) }
+
+// Publish announces once, now, in addition to the loop's schedule.
+func (a *Announcer) Publish(ctx context.Context) error {
+	if a.local == nil {
+		return fmt.Errorf("%w: announcer has no LocalFunc", ErrBadConfig)
+	}
+	msg := a.local()
+	msg.Peer = a.h.ID()
+	msg.Fingerprint = a.cfg.Fingerprint
+	msg.TimeMs = a.now().UnixMilli()
+	if len(msg.Addrs) == 0 {
+		for _, addr := range a.h.Addrs() {
+			if len(msg.Addrs) == maxAnnounceAddrs {
+				break
+			}
+			msg.Addrs = append(msg.Addrs, addr.String())
+		}
+	}
+	b, err := EncodeAnnouncement(msg)
+	if err != nil {
+		return fmt.Errorf("gossip: encode announcement: %w", err)
+	}
+	if err := a.topic.Publish(ctx, b); err != nil {
+		return fmt.Errorf("gossip: publish announcement: %w", err)
+	}
+	a.counters.announcesSent.Add(1)
+	return nil
+}
+
+// Close stops both loops, leaves the topic and removes the validator. Safe
+// to call more than once.
+func (a *Announcer) Close() error {
+	var err error
+	a.closeOnce.Do(func() {
+		a.cancel()
+		a.sub.Cancel()
+		a.wg.Wait()
+		err = errors.Join(a.topic.Close(), a.ps.UnregisterTopicValidator(a.topic.String()))
+	})
+	return err
+}
+
+// validate is the topic validator (a pubsub.ValidatorEx). It decodes once
+// and hands the result to the reader loop in ValidatorData. See Verdict
+// for why each failure is a Reject or an Ignore.
+func (a *Announcer) validate(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+	signer := msg.GetFrom()
+	ann, err := DecodeAnnouncement(msg.Data)
+	if err == nil {
+		err = checkAnnouncement(ann, signer, a.cfg.Fingerprint, a.now(), a.cfg.MaxAge, a.cfg.MaxSkew)
+	}
+	// Our own messages are validated too (pubsub does so on Publish), but
+	// never charged to the flood budget: we pace them ourselves.
+	if err == nil && signer != a.h.ID() {
+		err = a.table.admit(signer, a.now())
+	}
+	if err != nil {
+		if signer != a.h.ID() {
+			a.rj.reject(signer, err)
+		}
+		if VerdictOf(err) == Ignore {
+			return pubsub.ValidationIgnore
+		}
+		return pubsub.ValidationReject
+	}
+	msg.ValidatorData = ann
+	return pubsub.ValidationAccept
+}
+
+func (a *Announcer) readLoop(ctx context.Context) {
+	defer a.wg.Done()
+	for {
+		msg, err := a.sub.Next(ctx)
+		if err != nil {
+			return // cancelled by Close
+		}
+		ann, ok := msg.ValidatorData.(Announcement)
+		if !ok || ann.Peer == a.h.ID() {
+			continue
+		}
+		a.table.observe(ann, a.now())
+		a.counters.announcesSeen.Add(1)
+	}
+}
+
+func (a *Announcer) tickLoop(ctx context.Context) {
+	defer a.wg.Done()
+	t := time.NewTicker(a.cfg.Interval)
+	defer t.Stop()
+	for {
+		if a.local != nil {
+			if err := a.Publish(ctx); err != nil && ctx.Err() == nil {
+				// Only a local fault makes publishing fail; say so, but
+				// not every interval.
+				if ok, n := a.pubLog.allow(ReasonNone, a.now()); ok {
+					a.log.Warn("announce failed", "err", err, "suppressed", n)
+				}
+			}
+		}
+		a.table.prune(a.now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

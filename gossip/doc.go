@@ -1,0 +1,33 @@
+// Package gossip owns meshtrain's libp2p protocols: the parameter exchange
+// (/meshtrain/params/1.0.0), which moves frozen snapshots between two peers
+// over a stream, and the announce topic (/meshtrain/<network>/announce/1),
+// on which every peer tells the mesh its step, progress, metrics and
+// addresses. Both are built to face strangers on an open mesh: every input
+// is bounded, checked and, if refused, counted under a small fixed set of
+// reasons (Reason) and reported to an optional hook for reputation.
+//
+// The wire codec (codec.go, fp16.go, announce.go) is pure: byte layouts,
+// limits, checksums, fp16 conversion, validation verdicts and the fresh
+// peer table, with no goroutines, clock or network. The libp2p shell
+// (exchange.go, stream.go, announcer.go) adds deadlines, concurrency limits,
+// the connection manager and pubsub. docs/protocol.md specifies both
+// protocols byte for byte.
+//
+// The node builds the host (with ProtocolLimits applied to its resource
+// manager) and the gossipsub router, then:
+//
+//	cfg := gossip.DefaultConfig()
+//	cfg.Fingerprint, cfg.Elements = fp, layout.Size()
+//	cfg.OnReceive = func(p peer.ID, s params.Snapshot) { merges <- s }
+//	svc, err := gossip.NewService(h, cfg, latestSnapshot)
+//	defer svc.Close()
+//	remote, err := svc.Exchange(ctx, partner, mine)
+//
+//	acfg := gossip.DefaultAnnounceConfig()
+//	acfg.Network, acfg.Fingerprint = "main", fp
+//	ann, err := gossip.NewAnnouncer(h, ps, acfg, func() gossip.Announcement {
+//		return gossip.Announcement{Step: step, Progress: float64(p), Mode: "gossip"}
+//	})
+//	defer ann.Close()
+//	partners := ann.Fresh()
+package gossip

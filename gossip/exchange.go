@@ -1,0 +1,551 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"golang.org/x/time/rate"
+
+	"github.com/meshtrain/meshtrain/params"
+)
+
+// ProtocolID is the parameter exchange protocol.
+const ProtocolID protocol.ID = "/meshtrain/params/1.0.0"
+
+// ServiceName is the resource-manager service every exchange stream is
+// attributed to, so limits can be set for it (see ProtocolLimits).
+const ServiceName = "meshtrain.params"
+
+// SnapshotFunc hands the service the node's latest frozen snapshot, or
+// false if there is none yet. It must be cheap and must not block on the
+// trainer: serving a peer copies nothing more than what it returns, and
+// never writes to it.
+type SnapshotFunc func() (params.Snapshot, bool)
+
+// ReceiveFunc is given the initiator's snapshot after an inbound exchange
+// completed, so the node can merge it too. It runs on the stream handler
+// goroutine while the inbound slot is still held, which bounds the
+// snapshots waiting to be merged by Config.MaxInbound; it should hand the
+// snapshot off and return.
+type ReceiveFunc func(p peer.ID, s params.Snapshot)
+
+// Limiter paces uploads. *rate.Limiter satisfies it; NewUploadLimiter
+// builds one. WaitN is called with n <= 64 KiB.
+type Limiter interface {
+	WaitN(ctx context.Context, n int) error
+}
+
+// limiterPiece is the largest write made under one WaitN, so a capped
+// upload flows smoothly instead of in chunk-sized bursts.
+const limiterPiece = 64 << 10
+
+// NewUploadLimiter caps uploads at bytesPerSec (for --max-upload). Each
+// frame chunk must still reach the peer within its ChunkTimeout, so caps
+// below ChunkSize/ChunkTimeout (100 KiB/s with the defaults) make peers
+// cut us off.
+func NewUploadLimiter(bytesPerSec int) *rate.Limiter {
+	return rate.NewLimiter(rate.Limit(bytesPerSec), limiterPiece)
+}
+
+// Config tunes a Service. Durations are wall-clock; sizes are elements or
+// bytes as named.
+type Config struct {
+	// Fingerprint of the model this node trains. Required: every frame,
+	// inbound or outbound, must carry it.
+	Fingerprint params.Fingerprint
+	// Elements is the exact parameter count of that model, or 0 if not
+	// known (then only MaxElements bounds a frame).
+	Elements int
+	// MaxElements caps any frame we read, in elements (4 bytes each as
+	// fp32). Default 1<<26 (256 MiB as fp32).
+	MaxElements int
+	// SendDType is how we encode the frames we send: FP32 (default, exact)
+	// or FP16 (half the bytes, about 3 significant digits).
+	SendDType DType
+	// ChunkSize is the payload unit we send, in bytes. Default 1 MiB.
+	ChunkSize int
+	// ChunkTimeout is how long a peer may take to move one chunk (or one
+	// header) before it is cut off and counted as "timeout". It also sets
+	// the lowest throughput we tolerate: ChunkSize/ChunkTimeout. Default 10s.
+	ChunkTimeout time.Duration
+	// ExchangeTimeout caps one inbound request end to end. Our own requests
+	// are bounded by the caller's context instead. Default 5 minutes.
+	ExchangeTimeout time.Duration
+	// MaxInbound is how many inbound transfers run at once (each holds up
+	// to MaxElements*4 bytes); more are answered "busy". A peer may hold
+	// one at a time. Default 2.
+	MaxInbound int
+	// MaxPending is how many inbound streams may wait for their request
+	// header (at most ChunkTimeout each); more are reset and counted as
+	// "busy". Default 16.
+	MaxPending int
+	// UploadLimiter, if set, paces every byte we send.
+	UploadLimiter Limiter
+	// OnReceive, if set, gets the initiator's snapshot of each completed
+	// inbound exchange.
+	OnReceive ReceiveFunc
+	// OnReject, if set, hears about every refused input.
+	OnReject RejectFunc
+	// Counters to count into; a new set if nil. Share one with the
+	// Announcer to export a single set.
+	Counters *Counters
+	// Logger; slog.Default() if nil. The service adds component=gossip.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults documented on Config; the caller sets
+// Fingerprint and usually Elements.
+func DefaultConfig() Config {
+	return Config{
+		MaxElements:     1 << 26,
+		SendDType:       FP32,
+		ChunkSize:       DefaultChunkSize,
+		ChunkTimeout:    10 * time.Second,
+		ExchangeTimeout: 5 * time.Minute,
+		MaxInbound:      2,
+		MaxPending:      16,
+	}
+}
+
+// Validate reports every bad field at once.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrBadConfig}, a...)...))
+	}
+	if c.Fingerprint.IsZero() {
+		bad("Fingerprint is required")
+	}
+	if c.MaxElements <= 0 || c.MaxElements > params.MaxElements {
+		bad("MaxElements %d not in [1, %d]", c.MaxElements, params.MaxElements)
+	}
+	if c.Elements < 0 || c.Elements > c.MaxElements {
+		bad("Elements %d not in [0, MaxElements=%d]", c.Elements, c.MaxElements)
+	}
+	if c.SendDType.Size() == 0 {
+		bad("SendDType %d is neither FP32 nor FP16", c.SendDType)
+	}
+	if !validChunkSize(int64(c.ChunkSize)) {
+		bad("ChunkSize %d not a multiple of 4 in [%d, %d]", c.ChunkSize, MinChunkSize, MaxChunkSize)
+	}
+	if c.ChunkTimeout <= 0 {
+		bad("ChunkTimeout %v not positive", c.ChunkTimeout)
+	}
+	if c.ExchangeTimeout < c.ChunkTimeout {
+		bad("ExchangeTimeout %v shorter than ChunkTimeout %v", c.ExchangeTimeout, c.ChunkTimeout)
+	}
+	if c.MaxInbound < 1 {
+		bad("MaxInbound %d < 1", c.MaxInbound)
+	}
+	if c.MaxPending < 1 {
+		bad("MaxPending %d < 1", c.MaxPending)
+	}
+	return errors.Join(errs...)
+}
+
+// Service serves and makes parameter exchanges on one host.
+//
+// Ownership: cfg and the handles are immutable after NewService. mu guards
+// closed, active and activeBy; pending is atomic; wg counts every handler
+// and every outbound request so Close can wait for them.
+type Service struct {
+	h        host.Host
+	cfg      Config
+	snapshot SnapshotFunc
+	counters *Counters
+	rj       *rejecter
+	log      *slog.Logger
+
+	ctx    context.Context // cancelled by Close; aborts every stream
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	pending atomic.Int64
+	tagSeq  atomic.Uint64
+
+	mu       sync.Mutex
+	closed   bool
+	active   int
+	activeBy map[peer.ID]int
+}
+
+// NewService validates cfg and registers the protocol handler on h.
+func NewService(h host.Host, cfg Config, snapshot SnapshotFunc) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if snapshot == nil {
+		return nil, fmt.Errorf("%w: nil SnapshotFunc", ErrBadConfig)
+	}
+	if cfg.Counters == nil {
+		cfg.Counters = new(Counters)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	log := cfg.Logger.With("component", "gossip", "protocol", string(ProtocolID))
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Service{
+		h:        h,
+		cfg:      cfg,
+		snapshot: snapshot,
+		counters: cfg.Counters,
+		rj:       newRejecter(cfg.Counters, cfg.OnReject, log),
+		log:      log,
+		ctx:      ctx,
+		cancel:   cancel,
+		activeBy: make(map[peer.ID]int),
+	}
+	h.SetStreamHandler(ProtocolID, s.handle)
+	return s, nil
+}
+
+// Counters returns the counters the service counts into.
+func (s *Service) Counters() *Counters { return s.counters }
+
+// Stats is s.Counters().Snapshot().
+func (s *Service) Stats() Stats { return s.counters.Snapshot() }
+
+// Close stops accepting streams, aborts those in flight and waits for
+// their goroutines. Safe to call more than once.
+func (s *Service) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.h.RemoveStreamHandler(ProtocolID)
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+// enter registers a goroutine with wg unless the service is closed.
+func (s *Service) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
+}
+
+// acquire takes an inbound transfer slot for p, if one is free.
+func (s *Service) acquire(p peer.ID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active >= s.cfg.MaxInbound || s.activeBy[p] > 0 {
+		return false
+	}
+	s.active++
+	s.activeBy[p]++
+	return true
+}
+
+func (s *Service) release(p peer.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.active--
+	if s.activeBy[p]--; s.activeBy[p] <= 0 {
+		delete(s.activeBy, p)
+	}
+}
+
+// protect keeps the connection manager from trimming p's connection during
+// a transfer; each transfer has its own tag so overlapping ones do not
+// unprotect each other.
+func (s *Service) protect(p peer.ID) func() {
+	cm := s.h.ConnManager()
+	if cm == nil {
+		return func() {}
+	}
+	tag := fmt.Sprintf("meshtrain-params-%d", s.tagSeq.Add(1))
+	cm.Protect(p, tag)
+	return func() { cm.Unprotect(p, tag) }
+}
+
+// Pull fetches p's current snapshot.
+func (s *Service) Pull(ctx context.Context, p peer.ID) (params.Snapshot, error) {
+	return s.request(ctx, p, KindPull, params.Snapshot{})
+}
+
+// Exchange sends local to p and returns p's snapshot: each side then
+// computes its own merge weight. local must carry the service's
+// fingerprint (and Elements, if set).
+func (s *Service) Exchange(ctx context.Context, p peer.ID, local params.Snapshot) (params.Snapshot, error) {
+	if err := s.checkLocal(local); err != nil {
+		return params.Snapshot{}, err
+	}
+	return s.request(ctx, p, KindExchange, local)
+}
+
+func (s *Service) checkLocal(local params.Snapshot) error {
+	switch {
+	case local.Fingerprint != s.cfg.Fingerprint:
+		return fmt.Errorf("%w: fingerprint %s, service is for %s", ErrBadSnapshot, local.Fingerprint.Short(), s.cfg.Fingerprint.Short())
+	case len(local.Params) == 0 || len(local.Params) > s.cfg.MaxElements:
+		return fmt.Errorf("%w: %d parameters", ErrBadSnapshot, len(local.Params))
+	case s.cfg.Elements > 0 && len(local.Params) != s.cfg.Elements:
+		return fmt.Errorf("%w: %d parameters, service expects %d", ErrBadSnapshot, len(local.Params), s.cfg.Elements)
+	}
+	return nil
+}
+
+// request runs the initiator's side of one stream:
+//
+//	pull:     -> request, CloseWrite; <- response, frame, EOF
+//	exchange: -> request; <- response; -> frame, CloseWrite;
+//	          <- response, frame, EOF
+//
+// Each side writes only while the other reads, so neither can deadlock on
+// flow control; the responder reads the whole frame before it replies.
+func (s *Service) request(ctx context.Context, p peer.ID, kind RequestKind, local params.Snapshot) (params.Snapshot, error) {
+	if !s.enter() {
+		return params.Snapshot{}, ErrClosed
+	}
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
+	defer s.protect(p)()
+
+	st, err := s.h.NewStream(ctx, p, ProtocolID)
+	if err != nil {
+		return params.Snapshot{}, fmt.Errorf("gossip: %s with %s: open stream: %w", kind, p, err)
+	}
+	defer context.AfterFunc(ctx, func() { _ = st.Reset() })()
+	if err := st.Scope().SetService(ServiceName); err != nil {
+		_ = st.Reset()
+		return params.Snapshot{}, fmt.Errorf("gossip: %s with %s: resource manager: %w", kind, p, err)
+	}
+	x := s.newIO(ctx, st)
+	remote, err := s.converse(x, st, kind, local)
+	if err != nil {
+		_ = st.Reset()
+		err = streamErr(ctx, err)
+		if errors.Is(err, ErrPeerBusy) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRefused) {
+			s.counters.refusedByPeer.Add(1)
+		}
+		s.rj.reject(p, err)
+		return params.Snapshot{}, fmt.Errorf("gossip: %s with %s: %w", kind, p, err)
+	}
+	_ = st.Close()
+	if kind == KindPull {
+		s.counters.pullsDone.Add(1)
+	} else {
+		s.counters.exchangesDone.Add(1)
+	}
+	return remote, nil
+}
+
+func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, local params.Snapshot) (params.Snapshot, error) {
+	q := Request{Kind: kind, Fingerprint: s.cfg.Fingerprint, Elements: uint64(s.cfg.Elements)}
+	want := s.cfg.Elements
+	if kind == KindExchange {
+		want = len(local.Params)
+		q.Elements = uint64(want)
+	}
+	qb := q.Marshal()
+	if err := x.writeAll(qb[:]); err != nil {
+		return params.Snapshot{}, fmt.Errorf("write request: %w", err)
+	}
+	if kind == KindPull {
+		if err := st.CloseWrite(); err != nil {
+			return params.Snapshot{}, fmt.Errorf("close write: %w", err)
+		}
+	}
+	if err := x.readResponse(true); err != nil {
+		return params.Snapshot{}, err
+	}
+	if kind == KindExchange {
+		if err := s.writer(x).WriteFrame(x, local); err != nil {
+			return params.Snapshot{}, err
+		}
+		if err := st.CloseWrite(); err != nil {
+			return params.Snapshot{}, fmt.Errorf("close write: %w", err)
+		}
+		if err := x.readResponse(false); err != nil {
+			return params.Snapshot{}, err
+		}
+	}
+	remote, err := s.reader(x, want).ReadFrame(x)
+	if err != nil {
+		return params.Snapshot{}, err
+	}
+	if err := x.expectEOF(); err != nil {
+		return params.Snapshot{}, err
+	}
+	return remote, nil
+}
+
+// handle serves one inbound stream.
+func (s *Service) handle(st network.Stream) {
+	if !s.enter() {
+		_ = st.Reset()
+		return
+	}
+	defer s.wg.Done()
+	p := st.Conn().RemotePeer()
+	// Bound the streams that have not said what they want yet: each costs a
+	// goroutine for up to ChunkTimeout, which is what a stalling peer is
+	// after.
+	if n := s.pending.Add(1); n > int64(s.cfg.MaxPending) {
+		s.pending.Add(-1)
+		_ = st.Reset()
+		s.rj.reject(p, fmt.Errorf("%w: %d streams already waiting for their request", ErrBusy, s.cfg.MaxPending))
+		return
+	}
+	pending := true
+	donePending := func() {
+		if pending {
+			pending = false
+			s.pending.Add(-1)
+		}
+	}
+	defer donePending()
+	if err := st.Scope().SetService(ServiceName); err != nil {
+		_ = st.Reset()
+		s.rj.reject(p, fmt.Errorf("%w: resource manager: %w", ErrBusy, err))
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ExchangeTimeout)
+	defer cancel()
+	defer context.AfterFunc(ctx, func() { _ = st.Reset() })()
+	x := s.newIO(ctx, st)
+
+	var qb [RequestSize]byte
+	err := x.readFull(qb[:])
+	donePending()
+	var q Request
+	if err == nil {
+		q, err = ParseRequest(qb[:])
+	}
+	if err != nil {
+		_ = st.Reset()
+		s.rj.reject(p, streamErr(ctx, fmt.Errorf("read request: %w", err)))
+		return
+	}
+	local, resp, err := s.admit(p, q)
+	if resp.Status != StatusOK {
+		if x.respond(resp) == nil && st.CloseWrite() == nil {
+			_ = st.Close()
+		} else {
+			_ = st.Reset()
+		}
+		s.rj.reject(p, err)
+		return
+	}
+	defer s.release(p)
+	defer s.protect(p)()
+
+	remote, graceful, err := s.serve(x, st, q, local)
+	if err != nil {
+		if graceful {
+			_ = st.Close()
+		} else {
+			_ = st.Reset()
+		}
+		s.rj.reject(p, streamErr(ctx, err))
+		return
+	}
+	_ = st.Close()
+	if q.Kind == KindPull {
+		s.counters.pullsServed.Add(1)
+		return
+	}
+	s.counters.exchangesServed.Add(1)
+	if s.cfg.OnReceive != nil {
+		s.cfg.OnReceive(p, remote)
+	}
+}
+
+// admit decides on a request before any payload moves and picks the
+// snapshot to send. On StatusOK it holds an inbound slot for p that the
+// caller must release. The error, if any, is what the refusal is counted
+// as (nil: not the peer's fault).
+func (s *Service) admit(p peer.ID, q Request) (params.Snapshot, Response, error) {
+	if q.Fingerprint != s.cfg.Fingerprint {
+		return params.Snapshot{}, Response{Status: StatusRejected, Reason: ReasonFingerprint},
+			fmt.Errorf("%w: request for %s", ErrFingerprint, q.Fingerprint.Short())
+	}
+	if q.Elements > uint64(s.cfg.MaxElements) {
+		return params.Snapshot{}, Response{Status: StatusRejected, Reason: ReasonOversize},
+			fmt.Errorf("%w: request for %d elements", ErrOversize, q.Elements)
+	}
+	if q.Elements != 0 && s.cfg.Elements != 0 && q.Elements != uint64(s.cfg.Elements) {
+		return params.Snapshot{}, Response{Status: StatusRejected, Reason: ReasonSizeMismatch},
+			fmt.Errorf("%w: request for %d elements, we have %d", ErrSizeMismatch, q.Elements, s.cfg.Elements)
+	}
+	local, ok := s.snapshot()
+	if ok {
+		if err := s.checkLocal(local); err != nil {
+			s.log.Error("snapshot provider returned an unusable snapshot", "err", err)
+			ok = false
+		}
+	}
+	if !ok {
+		return params.Snapshot{}, Response{Status: StatusUnavailable}, nil
+	}
+	if q.Elements != 0 && q.Elements != uint64(len(local.Params)) {
+		return params.Snapshot{}, Response{Status: StatusRejected, Reason: ReasonSizeMismatch},
+			fmt.Errorf("%w: request for %d elements, we have %d", ErrSizeMismatch, q.Elements, len(local.Params))
+	}
+	if !s.acquire(p) {
+		return params.Snapshot{}, Response{Status: StatusBusy}, fmt.Errorf("%w: %d inbound transfers running", ErrBusy, s.cfg.MaxInbound)
+	}
+	return local, Response{Status: StatusOK}, nil
+}
+
+// serve runs the responder's side after admission. graceful reports that
+// the peer has been told why its frame was refused, so the stream should
+// be closed rather than reset (a reset could discard that answer).
+func (s *Service) serve(x *streamIO, st network.Stream, q Request, local params.Snapshot) (remote params.Snapshot, graceful bool, err error) {
+	if q.Kind == KindExchange {
+		if err := x.respond(Response{Status: StatusOK}); err != nil {
+			return params.Snapshot{}, false, err
+		}
+		remote, err = s.reader(x, len(local.Params)).ReadFrame(x)
+		if err != nil {
+			// A frame that arrived whole but is bad gets an answer: the
+			// peer has finished writing and waits for one. Anything else
+			// may leave the peer mid-write, so it gets a reset.
+			if r := ReasonOf(err); r == ReasonChecksum || r == ReasonNonFinite {
+				ok := x.respond(Response{Status: StatusRejected, Reason: r}) == nil && st.CloseWrite() == nil
+				return params.Snapshot{}, ok, err
+			}
+			return params.Snapshot{}, false, err
+		}
+		if err := x.expectEOF(); err != nil {
+			return params.Snapshot{}, false, err
+		}
+	}
+	if err := x.respond(Response{Status: StatusOK}); err != nil {
+		return params.Snapshot{}, false, err
+	}
+	if err := s.writer(x).WriteFrame(x, local); err != nil {
+		return params.Snapshot{}, false, err
+	}
+	if err := st.CloseWrite(); err != nil {
+		return params.Snapshot{}, false, fmt.Errorf("close write: %w", err)
+	}
+	if q.Kind == KindPull {
+		// The initiator closed its side after the request; anything more
+		// is a protocol violation.
+		if err := x.expectEOF(); err != nil {
+			return params.Snapshot{}, false, err
+		}
+	}
+	return remote, false, nil
+}

@@ -1,0 +1,106 @@
+package gossip
+
+import "math"
+
+// IEEE 754 binary16 conversion. Frames may carry parameters as fp16 to halve
+// the bytes on the wire; the receiver widens them back to float32 exactly.
+
+// MaxFP16 is the largest finite fp16 value. Finite float32 values that round
+// beyond it become ±Inf, which a receiver rejects, so the encoder falls back
+// to fp32 when it meets one.
+const MaxFP16 = 65504
+
+// FP16Bits converts f to binary16 with round-to-nearest-even, producing
+// subnormals below 2^-14, ±0 below half the smallest subnormal, ±Inf on
+// overflow and a quiet NaN for any NaN.
+func FP16Bits(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int32(b>>23) & 0xff
+	mant := b & 0x7fffff
+	if exp == 0xff {
+		if mant != 0 {
+			return sign | 0x7e00
+		}
+		return sign | 0x7c00
+	}
+	e := exp - 127 + 15
+	if e >= 0x1f {
+		return sign | 0x7c00
+	}
+	if e <= 0 {
+		// Subnormal in fp16 (float32 subnormals land here too and round to
+		// zero). In units of 2^-24 the value is m >> (14-e).
+		if e < -10 {
+			return sign
+		}
+		m := mant | 0x800000
+		return sign | uint16(roundShift(m, uint32(14-e)))
+	}
+	// A carry out of the mantissa correctly bumps the exponent, up to Inf.
+	return sign | uint16(roundShift(uint32(e)<<23|mant, 13))
+}
+
+// roundShift returns v >> s rounded to nearest, ties to even.
+func roundShift(v, s uint32) uint32 {
+	q := v >> s
+	r := v & (1<<s - 1)
+	half := uint32(1) << (s - 1)
+	if r > half || (r == half && q&1 == 1) {
+		q++
+	}
+	return q
+}
+
+// FP16Value widens binary16 bits to float32; every fp16 value is exact in
+// float32.
+func FP16Value(h uint16) float32 {
+	sign := uint32(h&0x8000) << 16
+	e := int32(h>>10) & 0x1f
+	m := uint32(h & 0x3ff)
+	switch e {
+	case 0x1f:
+		return math.Float32frombits(sign | 0x7f800000 | m<<13)
+	case 0:
+		if m == 0 {
+			return math.Float32frombits(sign)
+		}
+		// Normalise the subnormal: shift until the implicit bit appears.
+		e = 1
+		for m&0x400 == 0 {
+			m <<= 1
+			e--
+		}
+		m &= 0x3ff
+	}
+	return math.Float32frombits(sign | uint32(e+112)<<23 | m<<13)
+}
+
+// encodeFP16 writes src as little-endian binary16 into dst (2 bytes per
+// element) and reports whether any finite value overflowed to Inf.
+func encodeFP16(dst []byte, src []float32) (overflow bool) {
+	if len(src) == 0 {
+		return false
+	}
+	_ = dst[2*len(src)-1]
+	for i, f := range src {
+		h := FP16Bits(f)
+		dst[2*i] = byte(h)
+		dst[2*i+1] = byte(h >> 8)
+		if h&0x7fff == 0x7c00 && f-f == 0 {
+			overflow = true
+		}
+	}
+	return overflow
+}
+
+// decodeFP16 widens little-endian binary16 src into dst.
+func decodeFP16(dst []float32, src []byte) {
+	if len(dst) == 0 {
+		return
+	}
+	_ = src[2*len(dst)-1]
+	for i := range dst {
+		dst[i] = FP16Value(uint16(src[2*i]) | uint16(src[2*i+1])<<8)
+	}
+}
