@@ -31,6 +31,7 @@ const (
 	MetaStep         = "step"
 	MetaProgress     = "progress"
 	MetaTrainerState = "trainer_state"
+	MetaSeed         = "seed"
 )
 
 // RunConfig configures a single-process training run (`meshtrain train`):
@@ -108,7 +109,8 @@ func RunLocal(ctx context.Context, cfg RunConfig, st store.Store, log *slog.Logg
 		return nil, err
 	}
 	meta := map[string]string{
-		MetaModel: t.Model().Spec(), MetaDataset: trainSet.Name, MetaNetwork: cfg.Train.Network,
+		MetaModel: t.Model().Spec(), MetaDataset: cfg.Dataset, MetaNetwork: cfg.Train.Network,
+		MetaSeed: strconv.FormatUint(cfg.Train.Seed, 10),
 		MetaFingerprint: t.Fingerprint().String(),
 	}
 	if st != nil {
@@ -124,7 +126,7 @@ func RunLocal(ctx context.Context, cfg RunConfig, st store.Store, log *slog.Logg
 	if st != nil && cfg.Fresh {
 		// A fresh run's first checkpoint supersedes the old run at once, so a
 		// crash before the next one cannot resume the run we meant to drop.
-		if err := ck.saveNow(ctx, t.State(), false); err != nil {
+		if err := ck.saveNow(context.WithoutCancel(ctx), t.State(), false); err != nil {
 			return nil, err
 		}
 	}
@@ -215,7 +217,7 @@ func resume(ctx context.Context, cfg RunConfig, st store.Store, t *train.Trainer
 	cp, skipped, err := st.LoadLatest(ctx, fp)
 	for _, s := range skipped {
 		// Skipped checkpoints stay in the store for inspection.
-		log.Warn("checkpoint skipped", "component", "node", "checkpoint", s.ID, "reason", s.Err)
+		log.Warn("checkpoint failed verification: skipped, kept for inspection", "component", "node", "checkpoint", s.ID, "reason", s.Err)
 	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -13,13 +14,14 @@ import (
 	"github.com/meshtrain/meshtrain/store"
 )
 
-func runCheckpoints(_ context.Context, e *env, args []string) int {
+func runCheckpoints(ctx context.Context, e *env, args []string) int {
 	fs := newFlags(e, "[flags]")
 	var sf storeFlags
 	var lf logFlags
 	sf.register(fs)
 	lf.register(fs)
 	jsonOut := fs.Bool("json", false, "print JSON")
+	verify := fs.Bool("verify", false, "read every checkpoint and verify its checksum (slower)")
 	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
@@ -39,6 +41,19 @@ func runCheckpoints(_ context.Context, e *env, args []string) int {
 	if err != nil {
 		return failure(e, err)
 	}
+	if *verify {
+		for i, c := range list {
+			if c.Corrupt {
+				continue
+			}
+			if _, err := st.Load(ctx, c.ID); errors.Is(err, store.ErrCorrupt) {
+				list[i].Corrupt = true
+				log.Warn("checkpoint failed verification", "checkpoint", c.ID, "reason", err)
+			} else if err != nil {
+				return failure(e, err)
+			}
+		}
+	}
 	if *jsonOut {
 		if list == nil {
 			list = []store.Info{}
@@ -57,8 +72,10 @@ func runCheckpoints(_ context.Context, e *env, args []string) int {
 		switch {
 		case c.Corrupt:
 			state = "CORRUPT (kept for inspection)"
-			fmt.Fprintf(tw, "%d\t-\t-\t-\t-\t-\t%s\n", c.ID, state)
-			continue
+			if c.Step == 0 && c.Fingerprint.IsZero() {
+				fmt.Fprintf(tw, "%d\t-\t-\t-\t-\t-\t%s\n", c.ID, state)
+				continue
+			}
 		case c.Final:
 			state = "final"
 		}
@@ -106,7 +123,8 @@ func runExport(ctx context.Context, e *env, args []string) int {
 		return failure(e, err)
 	}
 	snap := cp.Snapshot()
-	meta := modelMeta(cp.Meta[node.MetaModel], cp.Meta[node.MetaDataset], cp.Meta[node.MetaNetwork], snap)
+	seed, _ := strconv.ParseUint(cp.Meta[node.MetaSeed], 10, 64)
+	meta := modelMeta(cp.Meta[node.MetaModel], cp.Meta[node.MetaDataset], cp.Meta[node.MetaNetwork], seed, snap)
 	if err := writeModel(*out, l, snap, meta); err != nil {
 		return failure(e, err)
 	}

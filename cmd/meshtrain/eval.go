@@ -16,7 +16,7 @@ import (
 func runEval(_ context.Context, e *env, args []string) int {
 	fs := newFlags(e, "[flags] MODEL.safetensors")
 	dataPath := fs.String("data", "", "folder of MNIST IDX files (default: the copy built into the binary)")
-	seed := fs.Uint64("seed", 1, "seed of the synthetic dataset (when the model was trained on it)")
+	seed := fs.Uint64("seed", 1, "seed of the synthetic dataset, when the model file does not record it")
 	threads := fs.Int("threads", 0, "cores to use (0: all)")
 	jsonOut := fs.Bool("json", false, "print JSON")
 	if code, ok := parse(e, fs, args); !ok {
@@ -47,6 +47,9 @@ func runEval(_ context.Context, e *env, args []string) int {
 	dataset := meta[node.MetaDataset]
 	if dataset == "" {
 		dataset = node.DatasetMNIST
+	}
+	if s, err := strconv.ParseUint(meta[node.MetaSeed], 10, 64); err == nil {
+		*seed = s
 	}
 	_, test, err := node.LoadData(dataset, *dataPath, *seed)
 	if err != nil {
