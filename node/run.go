@@ -110,7 +110,7 @@ func RunLocal(ctx context.Context, cfg RunConfig, st store.Store, log *slog.Logg
 	}
 	meta := map[string]string{
 		MetaModel: t.Model().Spec(), MetaDataset: cfg.Dataset, MetaNetwork: cfg.Train.Network,
-		MetaSeed: strconv.FormatUint(cfg.Train.Seed, 10),
+		MetaSeed:        strconv.FormatUint(cfg.Train.Seed, 10),
 		MetaFingerprint: t.Fingerprint().String(),
 	}
 	if st != nil {

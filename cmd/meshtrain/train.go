@@ -144,7 +144,7 @@ func runTrain(ctx context.Context, e *env, args []string) int {
 // modelMeta is the safetensors metadata meshtrain writes and eval reads.
 func modelMeta(model, dataset, network string, seed uint64, s params.Snapshot) map[string]string {
 	return map[string]string{
-		node.MetaSeed: strconv.FormatUint(seed, 10),
+		node.MetaSeed:  strconv.FormatUint(seed, 10),
 		node.MetaModel: model, node.MetaDataset: dataset,
 		node.MetaNetwork: network, node.MetaFingerprint: s.Fingerprint.String(),
 		node.MetaStep: strconv.FormatInt(s.Step, 10), node.MetaProgress: strconv.FormatFloat(float64(s.Progress), 'g', -1, 64),
