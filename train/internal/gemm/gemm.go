@@ -67,9 +67,10 @@ func checkMatrix(name string, rows, cols, length, ld int) error {
 // and ldc are the row strides of A, B and C as stored.
 //
 // When beta is 0, C is only written, never read, so it may hold anything,
-// NaN included. C must not overlap A or B. Arguments that fail Check are a
-// programming error and panic with an error wrapping ErrBadArgs, before any
-// memory is touched.
+// NaN included; when alpha is 0 or k is 0, A and B are not read. C must not
+// overlap A or B. Arguments that fail Check are a programming error and panic
+// with an error wrapping ErrBadArgs, before any memory is touched. Sgemm is
+// safe for concurrent use on distinct C.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if err := Check(transA, transB, m, n, k, a, lda, b, ldb, c, ldc); err != nil {
 		panic(err)
