@@ -78,9 +78,22 @@
 // releases the lock however the process dies.
 //
 // Badger is configured for several nodes per machine: 4 MiB memtables, no
-// block cache, no compression, two compactors. Its info and debug output is
-// dropped; warnings and errors go to Options.Logger. Value-log GC runs every
-// Options.GCInterval until Close. Writes are synced after each checkpoint
-// and identity write; peer and history writes survive a process crash but
-// may lose the last seconds to a power cut.
+// block cache, no compression, two compactors. Measured on linux/amd64: an
+// idle store holds about 6 MiB of Go heap (Badger's defaults reserve 86 MiB)
+// and 10-16 MiB RSS; after saving 100 MB checkpoints the anonymous memory
+// stays near 10 MiB, while up to a few hundred MiB of the memory-mapped
+// value log show up as file-backed RSS (page cache the kernel can reclaim).
+// Badger's info and debug output is dropped; warnings and errors go to
+// Options.Logger.
+//
+// Checkpoint chunks live in Badger's value log, whose space comes back only
+// through value-log GC, and GC only rewrites files that compactions have
+// credited with deleted values. Chunks are therefore deleted with
+// DropPrefix, which compacts and credits at once, and a GC pass runs right
+// after each pruning as well as every Options.GCInterval, until Close. With
+// Keep 3 and 100 MB checkpoints the data dir stays near 400 MB.
+//
+// Writes are synced after each checkpoint and identity write; peer and
+// history writes survive a process crash but may lose the last seconds to a
+// power cut.
 package store

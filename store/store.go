@@ -196,7 +196,7 @@ type Options struct {
 	// between runs is fine: each checkpoint records its own.
 	ChunkSize int
 	// GCInterval is how often the value log is garbage collected
-	// (default 10 minutes).
+	// (default 10 minutes); a pass also runs after checkpoints are pruned.
 	GCInterval time.Duration
 	// Logger receives the store's and the database's warnings and errors
 	// (default slog.Default()).
