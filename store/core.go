@@ -324,6 +324,11 @@ func (s *kvStore) Save(ctx context.Context, c *Checkpoint) (Info, error) {
 	// it as good only if it really is: otherwise a broken write path could
 	// push every good checkpoint out.
 	_, verr := s.read(ctx, id, false)
+	if ctx.Err() != nil {
+		// Committed and synced: the caller is shutting down, and checking
+		// and pruning can wait for the next save.
+		return info, nil
+	}
 	// Prune even when the new one failed: it does not count as good, so no
 	// good checkpoint is lost, and old corrupt ones still get bounded.
 	if err := s.prune(ctx); err != nil {

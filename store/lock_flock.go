@@ -38,7 +38,8 @@ func lockDir(dir string) (unlock func() error, err error) {
 		}
 		return nil, fmt.Errorf("store: lock %s: %w", path, err)
 	}
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	if err != nil {

@@ -236,17 +236,17 @@ func DefaultOptions() Options {
 func (o Options) Validate() error {
 	var errs []error
 	if o.Keep < 0 {
-		errs = append(errs, fmt.Errorf("Keep %d: must be >= 1 (0 for the default)", o.Keep))
+		errs = append(errs, fmt.Errorf("option Keep %d: must be >= 1 (0 for the default)", o.Keep))
 	}
 	if o.HistoryLimit < 0 {
-		errs = append(errs, fmt.Errorf("HistoryLimit %d: must be >= 1 (0 for the default)", o.HistoryLimit))
+		errs = append(errs, fmt.Errorf("option HistoryLimit %d: must be >= 1 (0 for the default)", o.HistoryLimit))
 	}
 	if o.ChunkSize != 0 && (o.ChunkSize < MinChunkSize || o.ChunkSize > MaxChunkSize || o.ChunkSize%4 != 0) {
-		errs = append(errs, fmt.Errorf("ChunkSize %d: must be a multiple of 4 in [%d, %d] (0 for the default)",
+		errs = append(errs, fmt.Errorf("option ChunkSize %d: must be a multiple of 4 in [%d, %d] (0 for the default)",
 			o.ChunkSize, MinChunkSize, MaxChunkSize))
 	}
 	if o.GCInterval < 0 {
-		errs = append(errs, fmt.Errorf("GCInterval %v: must be positive (0 for the default)", o.GCInterval))
+		errs = append(errs, fmt.Errorf("option GCInterval %v: must be positive (0 for the default)", o.GCInterval))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrBadOptions, errors.Join(errs...))
