@@ -73,7 +73,13 @@ func transpose16(src []float32, ld, kc int, dst []float32) bool {
 			transpose16AVX512(rest, &src[blocks*16], &idx[0], &dst[blocks*16*16])
 		}
 	} else {
-		transpose16AVX2(kc, &src[0], &idx[0], &dst[0])
+		blocks := kc / 8
+		if blocks > 0 {
+			transposeBlocksAVX2(blocks, &src[0], ld, &dst[0])
+		}
+		if rest := kc - blocks*8; rest > 0 {
+			transpose16AVX2(rest, &src[blocks*8], &idx[0], &dst[blocks*8*16])
+		}
 	}
 	return true
 }
@@ -99,3 +105,6 @@ func copy16AVX2(kc int, src *float32, ld int, dst *float32)
 
 //go:noescape
 func transposeBlocksAVX512(blocks int, src *float32, ld int, dst *float32)
+
+//go:noescape
+func transposeBlocksAVX2(blocks int, src *float32, ld int, dst *float32)
