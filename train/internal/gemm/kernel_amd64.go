@@ -42,50 +42,43 @@ func avx512Kernel(kc int, a, b, c []float32, ldc int, alpha, beta float32) {
 	kernel16x16AVX512(kc, &a[0], &b[0], &c[0], ldc, alpha, beta)
 }
 
-//go:noescape
-func kernel6x16AVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32)
-
-//go:noescape
-func kernel16x16AVX512(kc int, a, b, c *float32, ldc int, alpha, beta float32)
-
-//go:noescape
-func transpose16AVX512(kc int, src *float32, idx *int32, dst *float32)
-
-// transpose16 sets dst[p*16+j] = src[j*ld+p] for p < kc, j < 16 with vector
-// gathers, and reports false when it cannot: no assembly kernel in use, or
-// offsets too large for the gather's 32-bit indices.
+// transpose16 sets dst[p*16+j] = src[j*ld+p] for p < kc, j < 16, and
+// reports false when it cannot: no assembly kernel in use, or offsets too
+// large for the gather's 32-bit indices. Whole squares are transposed in
+// registers; the last kc mod 8 (or 16) rows are gathered.
 func transpose16(src []float32, ld, kc int, dst []float32) bool {
 	if level == levelGeneric || ld > (1<<31-1)/16 {
 		return false
 	}
 	_ = src[15*ld+kc-1]
 	_ = dst[kc*16-1]
+	square := 8
+	if level == levelAVX512 {
+		square = 16
+	}
+	blocks := kc / square
+	if blocks > 0 {
+		if square == 16 {
+			transposeBlocksAVX512(blocks, &src[0], ld, &dst[0])
+		} else {
+			transposeBlocksAVX2(blocks, &src[0], ld, &dst[0])
+		}
+	}
+	done := blocks * square
+	if done == kc {
+		return true
+	}
 	var idx [16]int32
 	for j := range idx {
 		idx[j] = int32(j * ld)
 	}
-	if level == levelAVX512 {
-		blocks := kc / 16
-		if blocks > 0 {
-			transposeBlocksAVX512(blocks, &src[0], ld, &dst[0])
-		}
-		if rest := kc - blocks*16; rest > 0 {
-			transpose16AVX512(rest, &src[blocks*16], &idx[0], &dst[blocks*16*16])
-		}
+	if square == 16 {
+		transpose16AVX512(kc-done, &src[done], &idx[0], &dst[done*16])
 	} else {
-		blocks := kc / 8
-		if blocks > 0 {
-			transposeBlocksAVX2(blocks, &src[0], ld, &dst[0])
-		}
-		if rest := kc - blocks*8; rest > 0 {
-			transpose16AVX2(rest, &src[blocks*8], &idx[0], &dst[blocks*8*16])
-		}
+		transpose16AVX2(kc-done, &src[done], &idx[0], &dst[done*16])
 	}
 	return true
 }
-
-//go:noescape
-func transpose16AVX2(kc int, src *float32, idx *int32, dst *float32)
 
 // copy16 sets dst[p*16+j] = src[p*ld+j] for p < kc, j < 16, and reports
 // false when no assembly kernel is in use. A 64-byte array copy in Go goes
@@ -101,10 +94,22 @@ func copy16(src []float32, ld, kc int, dst []float32) bool {
 }
 
 //go:noescape
-func copy16AVX2(kc int, src *float32, ld int, dst *float32)
+func kernel6x16AVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func kernel16x16AVX512(kc int, a, b, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func transposeBlocksAVX2(blocks int, src *float32, ld int, dst *float32)
 
 //go:noescape
 func transposeBlocksAVX512(blocks int, src *float32, ld int, dst *float32)
 
 //go:noescape
-func transposeBlocksAVX2(blocks int, src *float32, ld int, dst *float32)
+func transpose16AVX2(kc int, src *float32, idx *int32, dst *float32)
+
+//go:noescape
+func transpose16AVX512(kc int, src *float32, idx *int32, dst *float32)
+
+//go:noescape
+func copy16AVX2(kc int, src *float32, ld int, dst *float32)
