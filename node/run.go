@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/store"
@@ -34,30 +32,9 @@ const (
 	MetaSeed         = "seed"
 )
 
-// RunConfig configures a single-process training run (`meshtrain train`):
-// the built-in trainer, optional checkpoints in a store, and stop conditions.
-type RunConfig struct {
-	Train train.Config
-	// Dataset is "mnist" or "synthetic"; DataPath an optional folder of IDX
-	// files for MNIST (empty: the embedded copy).
-	Dataset  string
-	DataPath string
-	// CheckpointEvery is the wall time between checkpoints; 0 writes only
-	// the final one. Ignored without a store.
-	CheckpointEvery time.Duration
-	// ReportEvery is the wall time between progress events (default 2 s).
-	ReportEvery time.Duration
-	// Fresh ignores existing checkpoints and starts over.
-	Fresh bool
-	// Stop conditions besides the configured epochs; zero disables each.
-	UntilAccuracy float64
-	MaxSteps      int64
-	Duration      time.Duration
-}
-
 // Event is one line of a run's progress, printed as text or JSON by the CLI.
 type Event struct {
-	Event         string   `json:"event"` // start, resumed, progress, epoch, checkpoint, final
+	Event         string   `json:"event"` // start, resumed, listening, progress, epoch, eval, checkpoint, catchup, final
 	Step          int64    `json:"step"`
 	Epoch         int      `json:"epoch"`
 	Progress      float64  `json:"progress"`
@@ -70,6 +47,11 @@ type Event struct {
 	Checkpoint    uint64   `json:"checkpoint,omitempty"`
 	Fingerprint   string   `json:"fingerprint,omitempty"`
 	Message       string   `json:"message,omitempty"`
+	// Mesh fields (meshtrain node).
+	PeerID string   `json:"peer_id,omitempty"`
+	Addrs  []string `json:"addrs,omitempty"`
+	Peers  int      `json:"peers,omitempty"`
+	Merges int64    `json:"merges,omitempty"`
 }
 
 // Result is what a finished run reports.
@@ -80,139 +62,8 @@ type Result struct {
 	Finished     bool // the run reached a stop condition (not interrupted)
 }
 
-// RunLocal trains in this process. st may be nil (no checkpoints). emit is
-// called from several goroutines, one call at a time.
-func RunLocal(ctx context.Context, cfg RunConfig, st store.Store, log *slog.Logger, emit func(Event)) (*Result, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.ReportEvery <= 0 {
-		cfg.ReportEvery = 2 * time.Second
-	}
-	var emitMu sync.Mutex
-	began := time.Now()
-	send := func(e Event) {
-		e.Elapsed = time.Since(began).Seconds()
-		emitMu.Lock()
-		defer emitMu.Unlock()
-		if emit != nil {
-			emit(e)
-		}
-	}
-	trainSet, testSet, err := LoadData(cfg.Dataset, cfg.DataPath, cfg.Train.Seed)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Train.Logger = log
-	t, err := train.New(cfg.Train, trainSet)
-	if err != nil {
-		return nil, err
-	}
-	meta := map[string]string{
-		MetaModel: t.Model().Spec(), MetaDataset: cfg.Dataset, MetaNetwork: cfg.Train.Network,
-		MetaSeed:        strconv.FormatUint(cfg.Train.Seed, 10),
-		MetaFingerprint: t.Fingerprint().String(),
-	}
-	if st != nil {
-		if err := resume(ctx, cfg, st, t, log, send); err != nil {
-			return nil, err
-		}
-	} else {
-		send(Event{Event: "start", Fingerprint: t.Fingerprint().String(), Message: "no data dir: training without checkpoints"})
-	}
-
-	ck := newCheckpointer(st, meta, log, send)
-	defer ck.close()
-	if st != nil && cfg.Fresh {
-		// A fresh run's first checkpoint supersedes the old run at once, so a
-		// crash before the next one cannot resume the run we meant to drop.
-		if err := ck.saveNow(context.WithoutCancel(ctx), t.State(), false); err != nil {
-			return nil, err
-		}
-	}
-
-	res := &Result{Trainer: t, Test: testSet}
-	steps := int64(math.Ceil(float64(t.ShardSize())/float64(cfg.Train.Batch))) * int64(cfg.Train.Epochs)
-	lastReport, lastCkpt := time.Now(), time.Now()
-	var lossEMA float64
-	var seen int
-	startStats := t.Stats()
-	stopped := func() bool {
-		s := t.Stats()
-		return (cfg.MaxSteps > 0 && s.Steps >= cfg.MaxSteps) || (cfg.Duration > 0 && time.Since(began) >= cfg.Duration)
-	}
-	for !stopped() {
-		stats, err := t.Step(ctx)
-		if errors.Is(err, train.ErrDone) {
-			res.Finished = true
-			break
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		seen++
-		if seen == 1 {
-			lossEMA = stats.Loss
-		} else {
-			lossEMA = 0.98*lossEMA + 0.02*stats.Loss
-		}
-		now := time.Now()
-		if cfg.CheckpointEvery > 0 && now.Sub(lastCkpt) >= cfg.CheckpointEvery {
-			ck.offer(t.State())
-			lastCkpt = now
-		}
-		epochEnd := stats.Step > 0 && t.Stats().Epoch != stats.Epoch
-		if epochEnd || now.Sub(lastReport) >= cfg.ReportEvery {
-			s := t.Stats()
-			e := Event{Event: "progress", Step: s.Steps, Epoch: s.Epoch, Progress: float64(s.Progress), Loss: lossEMA}
-			if el := now.Sub(began).Seconds(); el > 0 {
-				e.SamplesPerSec = float64(s.Samples-startStats.Samples) / el
-				if done := s.Steps - startStats.Steps; done > 0 && steps > s.Steps {
-					e.ETA = el / float64(done) * float64(steps-s.Steps)
-				}
-			}
-			if epochEnd {
-				e.Event = "epoch"
-				r, err := t.Evaluate(testSet)
-				if err != nil {
-					return nil, err
-				}
-				e.TestAccuracy, e.TestLoss = &r.Accuracy, r.Loss
-				if cfg.UntilAccuracy > 0 && r.Accuracy >= cfg.UntilAccuracy {
-					send(e)
-					res.Finished = true
-					break
-				}
-			}
-			send(e)
-			lastReport = now
-		}
-	}
-	if cfg.MaxSteps > 0 || cfg.Duration > 0 {
-		res.Finished = res.Finished || (ctx.Err() == nil)
-	}
-	r, err := t.Evaluate(testSet)
-	if err != nil {
-		return nil, err
-	}
-	res.TestAccuracy = r.Accuracy
-	// The final checkpoint is written even when interrupted (not marked
-	// final then), so a stopped run resumes where it stopped. It must not
-	// be cut short by the cancelled run context.
-	if err := ck.saveNow(context.WithoutCancel(ctx), t.State(), res.Finished); err != nil {
-		return nil, err
-	}
-	s := t.Stats()
-	send(Event{Event: "final", Step: s.Steps, Epoch: s.Epoch, Progress: float64(s.Progress), Loss: lossEMA,
-		TestAccuracy: &r.Accuracy, TestLoss: r.Loss, SamplesPerSec: s.SamplesPerSec, Fingerprint: t.Fingerprint().String()})
-	return res, nil
-}
-
 // resume restores the newest usable checkpoint unless cfg.Fresh is set.
-func resume(ctx context.Context, cfg RunConfig, st store.Store, t *train.Trainer, log *slog.Logger, send func(Event)) error {
+func resume(ctx context.Context, cfg Config, st store.Store, t *train.Trainer, log *slog.Logger, send func(Event)) error {
 	fp := t.Fingerprint()
 	cp, skipped, err := st.LoadLatest(ctx, fp)
 	for _, s := range skipped {

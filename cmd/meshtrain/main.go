@@ -39,6 +39,7 @@ type env struct {
 func commands() map[string]command {
 	return map[string]command{
 		"train":       {"train a model in this process, no network", runTrain},
+		"node":        {"join a mesh: train, announce, serve and gossip-average models", runNodeCmd},
 		"eval":        {"report the test accuracy of a saved model", runEval},
 		"checkpoints": {"list the checkpoints in a data dir", runCheckpoints},
 		"export":      {"write a checkpoint as safetensors", runExport},

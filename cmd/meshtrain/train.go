@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/params"
+	"github.com/meshtrain/meshtrain/store"
 	"github.com/meshtrain/meshtrain/train"
 )
 
@@ -63,82 +64,117 @@ func (f *trainFlags) config() (train.Config, error) {
 	return c, c.Validate()
 }
 
+// runFlags are the flags of a training run shared by train and node.
+type runFlags struct {
+	trainFlags
+	storeFlags
+	logFlags
+	noStore   bool
+	ckptEvery time.Duration
+	fresh     bool
+	until     float64
+	maxSteps  int64
+	duration  time.Duration
+	save      string
+	jsonOut   bool
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	f.trainFlags.register(fs)
+	f.storeFlags.register(fs)
+	f.registerKeep(fs)
+	f.logFlags.register(fs)
+	fs.BoolVar(&f.noStore, "no-data-dir", false, "run without a data dir: no checkpoints, no resume, a new identity")
+	fs.DurationVar(&f.ckptEvery, "checkpoint-every", 30*time.Second, "wall time between checkpoints (0: only the final one)")
+	fs.BoolVar(&f.fresh, "fresh", false, "ignore existing checkpoints and start over")
+	fs.Float64Var(&f.until, "until-accuracy", 0, "stop once test accuracy reaches this (0: off)")
+	fs.Int64Var(&f.maxSteps, "max-steps", 0, "stop after this many steps (0: no limit)")
+	fs.DurationVar(&f.duration, "duration", 0, "stop after this wall time (0: no limit)")
+	fs.StringVar(&f.save, "save", "", "write the final model to this safetensors file")
+	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object per line instead of text")
+}
+
+// config fills the node config's run fields from the flags.
+func (f *runFlags) config(c *node.Config) error {
+	tc, err := f.trainFlags.config()
+	if err != nil {
+		return err
+	}
+	c.Train, c.Dataset, c.DataPath = tc, f.dataset, f.dataPath
+	c.CheckpointEvery, c.Fresh, c.UntilAccuracy, c.MaxSteps, c.Duration = f.ckptEvery, f.fresh, f.until, f.maxSteps, f.duration
+	if f.keep < 1 {
+		return fmt.Errorf("--keep %d: must be >= 1", f.keep)
+	}
+	return nil
+}
+
+// runNode builds and runs a node with the flags' store and output, and
+// saves the model if asked. It returns the exit code.
+func runNode(ctx context.Context, e *env, f *runFlags, cfg node.Config, before func(*node.Node)) int {
+	log, err := f.logger(e.stderr)
+	if err != nil {
+		return usageError(e, "%v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError(e, "%v", err)
+	}
+	printer := eventPrinter(e.stdout, f.jsonOut)
+	var st store.Store
+	if !f.noStore {
+		if st, err = f.open(log); err != nil {
+			return failure(e, err)
+		}
+		defer st.Close()
+	}
+	n, err := node.New(ctx, cfg, st, log, printer)
+	if err != nil {
+		return failure(e, err)
+	}
+	if before != nil {
+		before(n)
+	}
+	res, err := n.Run(ctx, printer)
+	if err != nil {
+		return failure(e, err)
+	}
+	if st != nil {
+		if err := st.Close(); err != nil {
+			return failure(e, err)
+		}
+	}
+	if f.save != "" {
+		snap := res.Trainer.Snapshot()
+		meta := modelMeta(res.Trainer.Model().Spec(), cfg.Dataset, cfg.Train.Network, cfg.Train.Seed, snap)
+		if err := writeModel(f.save, res.Trainer.Model().Layout(), snap, meta); err != nil {
+			return failure(e, err)
+		}
+		if !f.jsonOut {
+			fmt.Fprintf(e.stdout, "saved model to %s\n", f.save)
+		}
+	}
+	if ctx.Err() != nil && !f.jsonOut {
+		fmt.Fprintln(e.stdout, "interrupted: progress is saved; run the same command again to resume")
+	}
+	return exitOK
+}
+
 func runTrain(ctx context.Context, e *env, args []string) int {
 	fs := newFlags(e, "[flags]")
-	var tf trainFlags
-	var sf storeFlags
-	var lf logFlags
-	tf.register(fs)
-	sf.register(fs)
-	sf.registerKeep(fs)
-	lf.register(fs)
-	noStore := fs.Bool("no-data-dir", false, "train without a data dir: no checkpoints, no resume")
-	ckptEvery := fs.Duration("checkpoint-every", 30*time.Second, "wall time between checkpoints (0: only the final one)")
-	fresh := fs.Bool("fresh", false, "ignore existing checkpoints and start over")
-	until := fs.Float64("until-accuracy", 0, "stop once test accuracy (checked every epoch) reaches this")
-	maxSteps := fs.Int64("max-steps", 0, "stop after this many steps (0: no limit)")
-	duration := fs.Duration("duration", 0, "stop after this wall time (0: no limit)")
-	save := fs.String("save", "", "write the final model to this safetensors file")
-	jsonOut := fs.Bool("json", false, "print one JSON object per line instead of text")
+	var f runFlags
+	f.register(fs)
 	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {
 		return usageError(e, "unexpected argument %q", fs.Arg(0))
 	}
-	cfg, err := tf.config()
-	if err != nil {
+	cfg := node.DefaultConfig()
+	cfg.Offline = true
+	cfg.EvalEvery = 0 // test accuracy at each epoch end
+	if err := f.config(&cfg); err != nil {
 		return usageError(e, "%v", err)
 	}
-	switch {
-	case *ckptEvery < 0:
-		return usageError(e, "--checkpoint-every must be >= 0")
-	case sf.keep < 1:
-		return usageError(e, "--keep must be >= 1")
-	case *until < 0 || *until > 1:
-		return usageError(e, "--until-accuracy must be in [0,1]")
-	case *maxSteps < 0 || *duration < 0:
-		return usageError(e, "--max-steps and --duration must be >= 0")
-	}
-	log, err := lf.logger(e.stderr)
-	if err != nil {
-		return usageError(e, "%v", err)
-	}
-	run := node.RunConfig{Train: cfg, Dataset: tf.dataset, DataPath: tf.dataPath, CheckpointEvery: *ckptEvery,
-		Fresh: *fresh, UntilAccuracy: *until, MaxSteps: *maxSteps, Duration: *duration}
-	var res *node.Result
-	printer := eventPrinter(e.stdout, *jsonOut)
-	if *noStore {
-		res, err = node.RunLocal(ctx, run, nil, log, printer)
-	} else {
-		s, oerr := sf.open(log)
-		if oerr != nil {
-			return failure(e, oerr)
-		}
-		res, err = node.RunLocal(ctx, run, s, log, printer)
-		if cerr := s.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}
-	if err != nil {
-		return failure(e, err)
-	}
-	if *save != "" {
-		snap := res.Trainer.Snapshot()
-		meta := modelMeta(res.Trainer.Model().Spec(), tf.dataset, cfg.Network, cfg.Seed, snap)
-		if err := writeModel(*save, res.Trainer.Model().Layout(), snap, meta); err != nil {
-			return failure(e, err)
-		}
-		if !*jsonOut {
-			fmt.Fprintf(e.stdout, "saved model to %s\n", *save)
-		}
-	}
-	if ctx.Err() != nil {
-		if !*jsonOut {
-			fmt.Fprintln(e.stdout, "interrupted: progress is saved; run the same command again to resume")
-		}
-	}
-	return exitOK
+	return runNode(ctx, e, &f, cfg, nil)
 }
 
 // modelMeta is the safetensors metadata meshtrain writes and eval reads.
@@ -183,6 +219,15 @@ func eventPrinter(w io.Writer, asJSON bool) func(node.Event) {
 		switch ev.Event {
 		case "start", "resumed":
 			fmt.Fprintf(w, "%s (fingerprint %.12s)\n", ev.Message, ev.Fingerprint)
+		case "listening":
+			fmt.Fprintf(w, "%s\n", ev.Message)
+			for _, a := range ev.Addrs {
+				fmt.Fprintf(w, "  listening on %s\n", a)
+			}
+		case "catchup":
+			fmt.Fprintf(w, "catch-up: %s\n", ev.Message)
+		case "eval":
+			fmt.Fprintf(w, "eval at step %d:%s\n", ev.Step, acc)
 		case "checkpoint":
 			fmt.Fprintf(w, "checkpoint %d committed at step %d\n", ev.Checkpoint, ev.Step)
 		case "progress", "epoch":
@@ -190,7 +235,15 @@ func eventPrinter(w io.Writer, asJSON bool) func(node.Event) {
 			if ev.ETA > 0 {
 				eta = "  ETA " + (time.Duration(ev.ETA) * time.Second).String()
 			}
-			fmt.Fprintf(w, "step %6d  epoch %d  loss %.4f  %7.0f samples/s%s%s\n", ev.Step, ev.Epoch, ev.Loss, ev.SamplesPerSec, acc, eta)
+			mesh := ""
+			if ev.Peers > 0 || ev.Merges > 0 {
+				mesh = fmt.Sprintf("  peers %d  merges %d", ev.Peers, ev.Merges)
+			}
+			speed := ""
+			if ev.SamplesPerSec > 0 {
+				speed = fmt.Sprintf("  %7.0f samples/s", ev.SamplesPerSec)
+			}
+			fmt.Fprintf(w, "step %6d  epoch %d  loss %.4f%s%s%s%s\n", ev.Step, ev.Epoch, ev.Loss, speed, acc, mesh, eta)
 		case "final":
 			fmt.Fprintf(w, "done: step %d, %.1fs%s\n", ev.Step, ev.Elapsed, acc)
 		}

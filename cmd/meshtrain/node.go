@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/meshtrain/meshtrain/averaging"
+	"github.com/meshtrain/meshtrain/gossip"
+	"github.com/meshtrain/meshtrain/node"
+)
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error {
+	*l = append(*l, s)
+	return nil
+}
+
+func runNodeCmd(ctx context.Context, e *env, args []string) int {
+	fs := newFlags(e, "[flags]")
+	var f runFlags
+	f.register(fs)
+	d := node.DefaultConfig()
+	mode := fs.String("mode", string(d.Mode), "averaging mode: gossip or local (no merges)")
+	profile := fs.String("profile", string(d.Host.Profile),
+		"network profile: local (127.0.0.1 only, no mDNS/NAT traffic), lan (all interfaces, mDNS), public (NAT mapping, AutoNAT, relays, hole punching)")
+	network := fs.String("network", d.Train.Network, "network name: keeps meshes apart (part of the model fingerprint)")
+	var listen, bootstrap listFlag
+	fs.Var(&listen, "listen", "multiaddr to listen on (repeatable; default TCP and QUIC on a free port)")
+	fs.Var(&bootstrap, "bootstrap", "multiaddr of a peer to join through, with /p2p/<peer ID> (repeatable)")
+	dhtServer := fs.Bool("dht-server", false, "serve the DHT even on the public profile (bootstrap nodes)")
+	avgInterval := fs.Duration("avg-interval", d.AvgInterval, "wall time between the merges this node starts")
+	alpha := fs.Float64("alpha", d.Merger.Alpha, "base merge weight a0 in (0,1]: a = a0 * f(staleness)")
+	staleness := fs.String("staleness", d.Merger.Staleness.String(), "staleness decay f: const, poly:P, exp:D or hinge:A,B")
+	momentum := fs.String("momentum-policy", d.Merger.Momentum.String(), "optimizer momentum on merge: keep, reset or mix")
+	catchUp := fs.Float64("catch-up", d.CatchUp, "pull the model of a peer ahead by more than this many samples (0: never)")
+	maxUpload := fs.Int("max-upload", 0, "cap on bytes/s sent to peers (0: no cap)")
+	wire := fs.String("wire-dtype", "fp32", "precision of models sent: fp32 or fp16")
+	evalEvery := fs.Duration("eval-every", 10*time.Second, "wall time between test-set evaluations (0: only at epoch ends)")
+	announce := fs.Duration("announce-interval", d.Announce.Interval, "wall time between announcements")
+	if code, ok := parse(e, fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(e, "unexpected argument %q", fs.Arg(0))
+	}
+	cfg := d
+	if err := f.config(&cfg); err != nil {
+		return usageError(e, "%v", err)
+	}
+	var errs []string
+	var err error
+	if cfg.Mode, err = node.ParseMode(*mode); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if cfg.Host.Profile, err = node.ParseProfile(*profile); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if cfg.Host.Bootstrap, err = node.ParseBootstrap(bootstrap); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if cfg.Merger.Staleness, err = averaging.ParseStaleness(*staleness); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if cfg.Merger.Momentum, err = averaging.ParseMomentumPolicy(*momentum); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if cfg.Exchange.SendDType, err = gossip.ParseDType(*wire); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if len(errs) > 0 {
+		return usageError(e, "%s", strings.Join(errs, "; "))
+	}
+	cfg.Train.Network, cfg.Host.Network = *network, *network
+	cfg.Host.Listen, cfg.Host.DHTServer = listen, *dhtServer
+	cfg.AvgInterval, cfg.Merger.Alpha, cfg.CatchUp, cfg.MaxUpload = *avgInterval, *alpha, *catchUp, *maxUpload
+	cfg.EvalEvery = *evalEvery
+	cfg.Announce.Interval = *announce
+	if cfg.Announce.FreshWindow < 3**announce {
+		cfg.Announce.FreshWindow, cfg.Announce.MaxAge = 3**announce, 3**announce
+	}
+	return runNode(ctx, e, &f, cfg, func(n *node.Node) {
+		if !f.jsonOut && cfg.Host.Profile == node.ProfileLocal {
+			fmt.Fprintln(e.stdout, "profile local: reachable from this machine only; use --profile lan or public to join other machines")
+		}
+	})
+}

@@ -1,0 +1,163 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/meshtrain/meshtrain/averaging"
+	"github.com/meshtrain/meshtrain/gossip"
+	"github.com/meshtrain/meshtrain/train"
+)
+
+// Mode is how a node averages with others.
+type Mode string
+
+const (
+	// ModeGossip trains at its own pace and merges with one peer at a time,
+	// weighting stale models down.
+	ModeGossip Mode = "gossip"
+	// ModeLocal never merges (it still announces and serves its model).
+	ModeLocal Mode = "local"
+)
+
+// ParseMode validates a mode name.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeGossip, ModeLocal:
+		return m, nil
+	}
+	return "", fmt.Errorf("node: unknown mode %q (want gossip or local)", s)
+}
+
+// Config is everything a node needs. DefaultConfig fills every field;
+// Validate reports every bad field at once.
+type Config struct {
+	Train train.Config
+	// Dataset is "mnist" or "synthetic"; DataPath an optional folder of IDX
+	// files for MNIST (empty: the copy built into the binary).
+	Dataset  string
+	DataPath string
+
+	// Offline runs without any network (meshtrain train): no host, no
+	// announcements, no merges.
+	Offline bool
+	Mode    Mode
+	Host    HostConfig
+	// Exchange and Announce configure the gossip protocols; the node sets
+	// their fingerprint, network, element count, counters and logger.
+	Exchange gossip.Config
+	Announce gossip.AnnounceConfig
+
+	// AvgInterval is the wall time between two merges this node starts
+	// (±20% jitter so peers do not synchronise). A fast node thus takes
+	// more local steps between merges than a slow one.
+	AvgInterval time.Duration
+	// ExchangeTimeout bounds one exchange this node starts, end to end.
+	ExchangeTimeout time.Duration
+	// Merger is the merge rule: alpha, staleness function, momentum policy.
+	Merger averaging.Merger
+	// CatchUp: when the most advanced fresh peer is ahead of us by more
+	// than this many samples of progress, pull its model instead of
+	// merging (a late joiner or a node restarted far behind). 0 disables.
+	CatchUp float64
+	// MaxUpload caps the bytes/s this node sends (0: no cap).
+	MaxUpload int
+
+	// CheckpointEvery is the wall time between checkpoints (0: only the
+	// final one). Ignored without a store.
+	CheckpointEvery time.Duration
+	// EvalEvery is the wall time between test-set evaluations of a
+	// snapshot, off the training goroutine (0: only at epoch ends).
+	EvalEvery time.Duration
+	// ReportEvery is the wall time between progress events.
+	ReportEvery time.Duration
+	// Fresh ignores existing checkpoints and starts over.
+	Fresh bool
+	// Stop conditions besides the configured epochs; zero disables each.
+	UntilAccuracy float64
+	MaxSteps      int64
+	Duration      time.Duration
+}
+
+// DefaultConfig is a gossip node on the local profile training the default
+// MLP on MNIST.
+func DefaultConfig() Config {
+	return Config{
+		Train:           train.DefaultConfig(),
+		Dataset:         DatasetMNIST,
+		Mode:            ModeGossip,
+		Host:            HostConfig{Profile: ProfileLocal, Network: "main"},
+		Exchange:        gossip.DefaultConfig(),
+		Announce:        gossip.DefaultAnnounceConfig(),
+		AvgInterval:     time.Second,
+		ExchangeTimeout: 30 * time.Second,
+		Merger:          averaging.DefaultMerger(),
+		CatchUp:         60000,
+		CheckpointEvery: 30 * time.Second,
+		EvalEvery:       0,
+		ReportEvery:     2 * time.Second,
+	}
+}
+
+// ErrBadConfig is wrapped by every Validate error.
+var ErrBadConfig = errors.New("node: bad config")
+
+// Validate reports every bad field at once.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrBadConfig}, a...)...))
+	}
+	if err := c.Train.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, _, err := Shape(c.Dataset); err != nil {
+		bad("dataset %q: want mnist or synthetic", c.Dataset)
+	}
+	if !c.Offline {
+		if _, err := ParseMode(string(c.Mode)); err != nil {
+			bad("mode %q: want gossip or local", c.Mode)
+		}
+		if _, err := ParseProfile(string(c.Host.Profile)); err != nil {
+			bad("profile %q: want local, lan or public", c.Host.Profile)
+		}
+		if c.Host.Network != c.Train.Network {
+			bad("host network %q differs from the trainer's %q", c.Host.Network, c.Train.Network)
+		}
+		if c.AvgInterval <= 0 {
+			bad("avg-interval %v: must be > 0", c.AvgInterval)
+		}
+		if c.ExchangeTimeout <= 0 {
+			bad("exchange timeout %v: must be > 0", c.ExchangeTimeout)
+		}
+		if err := c.Merger.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if c.CatchUp < 0 {
+			bad("catch-up %v: must be >= 0", c.CatchUp)
+		}
+		if c.MaxUpload < 0 {
+			bad("max-upload %d: must be >= 0", c.MaxUpload)
+		}
+	}
+	if c.CheckpointEvery < 0 {
+		bad("checkpoint-every %v: must be >= 0", c.CheckpointEvery)
+	}
+	if c.EvalEvery < 0 {
+		bad("eval-every %v: must be >= 0", c.EvalEvery)
+	}
+	if c.ReportEvery <= 0 {
+		bad("report-every %v: must be > 0", c.ReportEvery)
+	}
+	if !(c.UntilAccuracy >= 0 && c.UntilAccuracy <= 1) {
+		bad("until-accuracy %v: must be in [0,1]", c.UntilAccuracy)
+	}
+	if c.MaxSteps < 0 {
+		bad("max-steps %d: must be >= 0", c.MaxSteps)
+	}
+	if c.Duration < 0 {
+		bad("duration %v: must be >= 0", c.Duration)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,318 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
+	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
+	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
+	dutil "github.com/libp2p/go-libp2p/p2p/discovery/util"
+	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	noise "github.com/libp2p/go-libp2p/p2p/security/noise"
+	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/meshtrain/meshtrain/gossip"
+)
+
+// Profile selects how far a node reaches out. None of them sends traffic the
+// user did not ask for: local stays on loopback, lan adds mDNS on the local
+// network, public adds NAT port mapping, AutoNAT, relays and hole punching.
+type Profile string
+
+const (
+	ProfileLocal  Profile = "local"
+	ProfileLAN    Profile = "lan"
+	ProfilePublic Profile = "public"
+)
+
+// ParseProfile validates a profile name.
+func ParseProfile(s string) (Profile, error) {
+	switch p := Profile(s); p {
+	case ProfileLocal, ProfileLAN, ProfilePublic:
+		return p, nil
+	}
+	return "", fmt.Errorf("node: unknown profile %q (want local, lan or public)", s)
+}
+
+// DHTPrefix keeps meshtrain's DHT apart from the public IPFS DHT.
+const DHTPrefix = "/meshtrain"
+
+// rendezvous is the DHT key peers of one network advertise under.
+func rendezvous(network string) string { return "meshtrain/" + network }
+
+// HostConfig configures the libp2p host and discovery.
+type HostConfig struct {
+	Profile Profile
+	// Listen are multiaddrs to listen on; empty means the profile's
+	// default (TCP and QUIC on an OS-chosen port; 127.0.0.1 for local,
+	// all interfaces otherwise).
+	Listen []string
+	// Bootstrap peers to connect to at start (full multiaddrs with /p2p/ID).
+	Bootstrap []peer.AddrInfo
+	// Network keeps meshes apart: the DHT rendezvous and mDNS service name
+	// carry it.
+	Network string
+	// DHTServer forces DHT server mode (bootstrap nodes). The local and lan
+	// profiles always serve; public volunteers default to auto mode.
+	DHTServer bool
+	// PSK makes a private network (TCP only: go-libp2p's QUIC does not
+	// support private networks).
+	PSK pnet.PSK
+	// ConnLow and ConnHigh are the connection manager's watermarks.
+	ConnLow, ConnHigh int
+	// DiscoveryInterval is how often the node advertises itself and looks
+	// for peers on the DHT (default 10 s; a minute on public).
+	DiscoveryInterval time.Duration
+	// Gossip sets the resource limits raised for parameter streams.
+	Gossip gossip.Config
+}
+
+// Host is a libp2p host with meshtrain's discovery running on it.
+type Host struct {
+	host.Host
+	DHT *dht.IpfsDHT
+	cfg HostConfig
+	log *slog.Logger
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mdns   mdns.Service
+	once   sync.Once
+	err    error
+}
+
+// NewHost builds and starts the host: transports, security, limits,
+// connection manager, DHT, and the discovery loops.
+func NewHost(key crypto.PrivKey, cfg HostConfig, log *slog.Logger) (*Host, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "host")
+	if cfg.Profile == "" {
+		cfg.Profile = ProfileLocal
+	}
+	if cfg.ConnLow == 0 {
+		cfg.ConnLow, cfg.ConnHigh = 32, 96
+	}
+	if cfg.DiscoveryInterval == 0 {
+		cfg.DiscoveryInterval = 10 * time.Second
+		if cfg.Profile == ProfilePublic {
+			cfg.DiscoveryInterval = time.Minute
+		}
+	}
+	listen := cfg.Listen
+	if len(listen) == 0 {
+		ip := "0.0.0.0"
+		if cfg.Profile == ProfileLocal {
+			ip = "127.0.0.1"
+		}
+		listen = []string{"/ip4/" + ip + "/tcp/0"}
+		if cfg.PSK == nil {
+			listen = append(listen, "/ip4/"+ip+"/udp/0/quic-v1")
+		}
+	}
+	if cfg.PSK != nil {
+		for _, a := range listen {
+			if strings.Contains(a, "/quic") {
+				return nil, fmt.Errorf("node: listen address %s: a private network (--psk) is TCP only", a)
+			}
+		}
+	}
+	cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
+	if err != nil {
+		return nil, fmt.Errorf("node: connection manager: %w", err)
+	}
+	limits := rcmgr.DefaultLimits
+	libp2p.SetDefaultServiceLimits(&limits)
+	gossip.ProtocolLimits(&limits, cfg.Gossip)
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()))
+	if err != nil {
+		return nil, fmt.Errorf("node: resource manager: %w", err)
+	}
+	opts := []libp2p.Option{
+		libp2p.Identity(key),
+		libp2p.ListenAddrStrings(listen...),
+		libp2p.Transport(tcp.NewTCPTransport),
+		libp2p.Security(noise.ID, noise.New),
+		libp2p.Security(libp2ptls.ID, libp2ptls.New),
+		libp2p.DefaultMuxers,
+		libp2p.ConnectionManager(cm),
+		libp2p.ResourceManager(rm),
+		libp2p.UserAgent(AgentVersion()),
+		libp2p.DisableMetrics(),
+	}
+	if cfg.PSK != nil {
+		opts = append(opts, libp2p.PrivateNetwork(cfg.PSK))
+	} else {
+		opts = append(opts, libp2p.Transport(libp2pquic.NewTransport))
+	}
+	switch cfg.Profile {
+	case ProfilePublic:
+		opts = append(opts, libp2p.NATPortMap(), libp2p.EnableRelay(), libp2p.EnableHolePunching(), libp2p.EnableAutoNATv2())
+	default:
+		// No relay, no NAT port mapping (UPnP/NAT-PMP), no AutoNAT: nothing
+		// leaves the machine or the LAN unless the user asked for it.
+		opts = append(opts, libp2p.DisableRelay(), libp2p.ForceReachabilityPrivate())
+	}
+	h, err := libp2p.New(opts...)
+	if err != nil {
+		rm.Close()
+		return nil, fmt.Errorf("node: libp2p host: %w", err)
+	}
+	mode := dht.ModeAuto
+	if cfg.Profile != ProfilePublic || cfg.DHTServer {
+		mode = dht.ModeServer
+	}
+	kad, err := dht.New(h, dht.Mode(mode), dht.ProtocolPrefix(DHTPrefix), dht.BootstrapPeers(cfg.Bootstrap...))
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("node: DHT: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Host{Host: h, DHT: kad, cfg: cfg, log: log, cancel: cancel}
+	if cfg.Profile == ProfileLAN {
+		n.mdns = mdns.NewMdnsService(h, "meshtrain-"+cfg.Network, mdnsNotifee{n: n, ctx: ctx})
+		if err := n.mdns.Start(); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("node: mDNS: %w", err)
+		}
+	}
+	n.wg.Add(1)
+	go n.discover(ctx)
+	return n, nil
+}
+
+// Addrs returns the host's listen addresses with its peer ID, the form
+// another node's --bootstrap takes.
+func (n *Host) FullAddrs() []string {
+	var out []string
+	for _, a := range n.Addrs() {
+		out = append(out, a.String()+"/p2p/"+n.ID().String())
+	}
+	return out
+}
+
+// discover connects to the bootstrap peers, then advertises on and queries
+// the DHT rendezvous every DiscoveryInterval. It owns nothing but its loop.
+func (n *Host) discover(ctx context.Context) {
+	defer n.wg.Done()
+	rd := drouting.NewRoutingDiscovery(n.DHT)
+	ns := rendezvous(n.cfg.Network)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n.connectBootstrap(ctx)
+		if err := n.DHT.Bootstrap(ctx); err != nil && ctx.Err() == nil {
+			n.log.Debug("DHT bootstrap", "err", err)
+		}
+		if n.DHT.RoutingTable().Size() > 0 {
+			dutil.Advertise(ctx, rd, ns)
+			n.findPeers(ctx, rd, ns)
+		}
+		t.Reset(n.cfg.DiscoveryInterval)
+	}
+}
+
+func (n *Host) connectBootstrap(ctx context.Context) {
+	for _, ai := range n.cfg.Bootstrap {
+		if ai.ID == n.ID() || n.Network().Connectedness(ai.ID) == network.Connected {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := n.Connect(cctx, ai); err != nil && ctx.Err() == nil {
+			n.log.Warn("bootstrap peer unreachable", "peer", ai.ID, "err", err)
+		}
+		cancel()
+	}
+}
+
+func (n *Host) findPeers(ctx context.Context, rd *drouting.RoutingDiscovery, ns string) {
+	fctx, cancel := context.WithTimeout(ctx, n.cfg.DiscoveryInterval)
+	defer cancel()
+	ch, err := rd.FindPeers(fctx, ns)
+	if err != nil {
+		n.log.Debug("DHT find peers", "err", err)
+		return
+	}
+	for ai := range ch {
+		if ai.ID == n.ID() || len(ai.Addrs) == 0 || n.Network().Connectedness(ai.ID) == network.Connected {
+			continue
+		}
+		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := n.Connect(cctx, ai); err == nil {
+			n.log.Info("found peer on the DHT", "peer", ai.ID)
+		}
+		ccancel()
+	}
+}
+
+type mdnsNotifee struct {
+	n   *Host
+	ctx context.Context
+}
+
+// HandlePeerFound runs on a goroutine of the mDNS service per entry.
+func (m mdnsNotifee) HandlePeerFound(ai peer.AddrInfo) {
+	if ai.ID == m.n.ID() || m.ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+	defer cancel()
+	if err := m.n.Connect(ctx, ai); err == nil {
+		m.n.log.Info("found peer on the LAN (mDNS)", "peer", ai.ID)
+	}
+}
+
+// Close stops discovery, then the DHT and the host. Safe to call twice.
+func (n *Host) Close() error {
+	n.once.Do(func() {
+		n.cancel()
+		if n.mdns != nil {
+			n.err = errors.Join(n.err, n.mdns.Close())
+		}
+		n.wg.Wait()
+		n.err = errors.Join(n.err, n.DHT.Close(), n.Host.Close())
+	})
+	return n.err
+}
+
+// ParseBootstrap parses full multiaddrs (with /p2p/ID).
+func ParseBootstrap(addrs []string) ([]peer.AddrInfo, error) {
+	var out []peer.AddrInfo
+	var errs []error
+	for _, s := range addrs {
+		m, err := ma.NewMultiaddr(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bootstrap %q: %w", s, err))
+			continue
+		}
+		ai, err := peer.AddrInfoFromP2pAddr(m)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bootstrap %q: needs /p2p/<peer ID>: %w", s, err))
+			continue
+		}
+		out = append(out, *ai)
+	}
+	return out, errors.Join(errs...)
+}

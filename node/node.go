@@ -1,0 +1,524 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+
+	"github.com/meshtrain/meshtrain/averaging"
+	"github.com/meshtrain/meshtrain/gossip"
+	"github.com/meshtrain/meshtrain/params"
+	"github.com/meshtrain/meshtrain/store"
+	"github.com/meshtrain/meshtrain/train"
+)
+
+// Node is one meshtrain peer: the built-in trainer, its checkpoints, and
+// (unless Offline) a libp2p host that announces, serves and merges models.
+//
+// Goroutines and what they own:
+//   - Run's goroutine is the trainer loop: the only caller of Step. It
+//     never touches the network or the disk.
+//   - the averager goroutine owns partner choice and every merge; merges
+//     reach the trainer through Trainer.Apply, between two steps;
+//   - the checkpointer goroutine owns the store's write path;
+//   - the evaluator goroutine scores snapshots on the test set;
+//   - libp2p and the gossip service run their own goroutines and only read
+//     snapshots (serve) or hand received models to the averager (inbound).
+type Node struct {
+	cfg     Config
+	log     *slog.Logger // component=node
+	baseLog *slog.Logger // for components that add their own
+	st      store.Store
+	trainer *train.Trainer
+	test    *train.Dataset
+	fp      params.Fingerprint
+
+	key  crypto.PrivKey
+	id   peer.ID
+	host *Host
+	ps   *pubsub.PubSub
+	ann  *gossip.Announcer
+	svc  *gossip.Service
+
+	counters gossip.Counters
+	inbound  chan inboundModel
+
+	started     time.Time
+	merges      atomic.Int64
+	catchups    atomic.Int64
+	timeouts    atomic.Int64
+	exchFailed  atomic.Int64
+	inDropped   atomic.Int64
+	networkWait atomic.Int64 // ns the trainer loop waited on the network
+	lastLoss    atomic.Uint64
+	lastAcc     atomic.Uint64
+	lastMerge   atomic.Pointer[MergeInfo]
+	lastCkpt    atomic.Pointer[store.Info]
+	reached     atomic.Bool // UntilAccuracy reached
+
+	closeOnce sync.Once
+}
+
+// MergeInfo describes the latest merge.
+type MergeInfo struct {
+	Partner   string    `json:"partner"`
+	Staleness float64   `json:"staleness"`
+	Weight    float64   `json:"weight"`
+	Inbound   bool      `json:"inbound"`
+	Time      time.Time `json:"time"`
+}
+
+type inboundModel struct {
+	from peer.ID
+	snap params.Snapshot
+}
+
+// New loads the data, builds the trainer, resumes from st (which may be
+// nil: no checkpoints, a throwaway identity) and, unless cfg.Offline,
+// starts the host and the gossip protocols.
+func New(ctx context.Context, cfg Config, st store.Store, log *slog.Logger, emit func(Event)) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if emit == nil {
+		emit = func(Event) {}
+	}
+	trainSet, testSet, err := LoadData(cfg.Dataset, cfg.DataPath, cfg.Train.Seed)
+	if err != nil {
+		return nil, err
+	}
+	tc := cfg.Train
+	tc.Logger = log
+	t, err := train.New(tc, trainSet)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: log.With("component", "node"), baseLog: log, st: st, trainer: t, test: testSet, fp: t.Fingerprint(),
+		inbound: make(chan inboundModel, 4), started: time.Now()}
+	if st != nil {
+		if err := resume(ctx, cfg, st, t, log, emit); err != nil {
+			return nil, err
+		}
+	} else {
+		emit(Event{Event: "start", Fingerprint: n.fp.String(), Message: "no data dir: training without checkpoints"})
+	}
+	if cfg.Offline {
+		return n, nil
+	}
+	if err := n.startMesh(ctx); err != nil {
+		n.closeMesh()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) startMesh(ctx context.Context) error {
+	var err error
+	if n.st != nil {
+		n.key, n.id, _, err = Identity(n.st)
+	} else {
+		n.key, _, err = crypto.GenerateKeyPair(crypto.Ed25519, -1)
+		if err == nil {
+			n.id, err = peer.IDFromPrivateKey(n.key)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	ex := n.cfg.Exchange
+	ex.Fingerprint, ex.Elements = n.fp, n.trainer.Model().Size()
+	ex.Counters, ex.Logger = &n.counters, n.baseLog
+	ex.OnReceive = n.receive
+	if n.cfg.MaxUpload > 0 {
+		ex.UploadLimiter = gossip.NewUploadLimiter(n.cfg.MaxUpload)
+	}
+	hc := n.cfg.Host
+	hc.Gossip = ex
+	if n.host, err = NewHost(n.key, hc, n.baseLog); err != nil {
+		return err
+	}
+	if n.ps, err = pubsub.NewGossipSub(ctx, n.host); err != nil {
+		return fmt.Errorf("node: gossipsub: %w", err)
+	}
+	if n.svc, err = gossip.NewService(n.host, ex, n.serveSnapshot); err != nil {
+		return err
+	}
+	ac := n.cfg.Announce
+	ac.Network, ac.Fingerprint = n.cfg.Host.Network, n.fp
+	ac.Counters, ac.Logger = &n.counters, n.baseLog
+	if n.ann, err = gossip.NewAnnouncer(n.host, n.ps, ac, n.announcement); err != nil {
+		return err
+	}
+	return nil
+}
+
+// serveSnapshot hands the gossip service a frozen copy of the model. It
+// waits at most for the short parameter update of a step, never for its
+// computation.
+func (n *Node) serveSnapshot() (params.Snapshot, bool) { return n.trainer.Snapshot(), true }
+
+// receive is called by the gossip service with the initiator's model after
+// an inbound exchange; the averager merges it. A full queue drops it: the
+// initiator merged our model already, and the next exchange will come.
+func (n *Node) receive(p peer.ID, s params.Snapshot) {
+	select {
+	case n.inbound <- inboundModel{from: p, snap: s}:
+	default:
+		n.inDropped.Add(1)
+	}
+}
+
+func (n *Node) announcement() gossip.Announcement {
+	s := n.trainer.Stats()
+	return gossip.Announcement{Step: s.Steps, Progress: float64(s.Progress), Loss: f64(&n.lastLoss),
+		Accuracy: f64(&n.lastAcc), SamplesPerSec: s.SamplesPerSec, Mode: string(n.cfg.Mode)}
+}
+
+func f64(a *atomic.Uint64) float64       { return math.Float64frombits(a.Load()) }
+func setF64(a *atomic.Uint64, v float64) { a.Store(math.Float64bits(v)) }
+
+// ID is the node's peer ID ("" when offline).
+func (n *Node) ID() peer.ID { return n.id }
+
+// Addrs are the node's full listen multiaddrs (with /p2p/ID).
+func (n *Node) Addrs() []string {
+	if n.host == nil {
+		return nil
+	}
+	return n.host.FullAddrs()
+}
+
+// Trainer is the node's trainer.
+func (n *Node) Trainer() *train.Trainer { return n.trainer }
+
+// Host is the libp2p host (nil when offline).
+func (n *Node) Host() *Host { return n.host }
+
+// Run trains until a stop condition or ctx ends, then writes a final
+// checkpoint and stops the mesh. emit is called one event at a time.
+func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
+	defer n.closeMesh()
+	var emitMu sync.Mutex
+	send := func(e Event) {
+		e.Elapsed = time.Since(n.started).Seconds()
+		emitMu.Lock()
+		defer emitMu.Unlock()
+		if emit != nil {
+			emit(e)
+		}
+	}
+	t := n.trainer
+	meta := map[string]string{
+		MetaModel: t.Model().Spec(), MetaDataset: n.cfg.Dataset, MetaNetwork: n.cfg.Train.Network,
+		MetaFingerprint: n.fp.String(), MetaSeed: strconv.FormatUint(n.cfg.Train.Seed, 10),
+	}
+	ck := newCheckpointer(n.st, meta, n.log, func(e Event) {
+		if e.Event == "checkpoint" {
+			n.lastCkpt.Store(&store.Info{ID: e.Checkpoint, Step: e.Step, Progress: params.Progress(e.Progress), Created: time.Now()})
+		}
+		send(e)
+	})
+	defer ck.close()
+	if n.st != nil && n.cfg.Fresh {
+		// A fresh run's first checkpoint supersedes the old run at once, so a
+		// crash before the next one cannot resume the run we meant to drop.
+		if err := ck.saveNow(context.WithoutCancel(ctx), t.State(), false); err != nil {
+			return nil, err
+		}
+	}
+	if n.host != nil {
+		send(Event{Event: "listening", PeerID: n.id.String(), Addrs: n.Addrs(), Fingerprint: n.fp.String(),
+			Message: fmt.Sprintf("peer %s, mode %s, profile %s, network %q", n.id, n.cfg.Mode, n.cfg.Host.Profile, n.cfg.Host.Network)})
+	}
+
+	runCtx, stopLoops := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	evals := make(chan evalRequest, 1)
+	wg.Add(1)
+	go func() { defer wg.Done(); n.evaluator(runCtx, evals, send) }()
+	if n.host != nil && n.cfg.Mode == ModeGossip {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.averager(runCtx, send) }()
+	}
+	stopAll := func() { stopLoops(); wg.Wait() }
+	defer stopAll()
+
+	res := &Result{Trainer: t, Test: n.test}
+	steps := int64(math.Ceil(float64(t.ShardSize())/float64(n.cfg.Train.Batch))) * int64(n.cfg.Train.Epochs)
+	startStats := t.Stats()
+	lastReport, lastCkpt, lastEval := time.Now(), time.Now(), time.Now()
+	var lossEMA float64
+	var seen int
+	stopped := func() bool {
+		s := t.Stats()
+		return n.reached.Load() || (n.cfg.MaxSteps > 0 && s.Steps >= n.cfg.MaxSteps) ||
+			(n.cfg.Duration > 0 && time.Since(n.started) >= n.cfg.Duration)
+	}
+	for !stopped() {
+		stats, err := t.Step(ctx)
+		if errors.Is(err, train.ErrDone) {
+			res.Finished = true
+			break
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if seen++; seen == 1 {
+			lossEMA = stats.Loss
+		} else {
+			lossEMA = 0.98*lossEMA + 0.02*stats.Loss
+		}
+		setF64(&n.lastLoss, lossEMA)
+		now := time.Now()
+		if n.cfg.CheckpointEvery > 0 && now.Sub(lastCkpt) >= n.cfg.CheckpointEvery {
+			ck.offer(t.State())
+			lastCkpt = now
+		}
+		epochEnd := t.Stats().Epoch != stats.Epoch
+		if epochEnd || (n.cfg.EvalEvery > 0 && now.Sub(lastEval) >= n.cfg.EvalEvery) {
+			// Offer the evaluator a snapshot; if it is still busy with the
+			// previous one, skip this one rather than wait.
+			kind := "eval"
+			if epochEnd {
+				kind = "epoch"
+			}
+			select {
+			case evals <- evalRequest{kind: kind, snap: t.Snapshot(), epoch: t.Stats().Epoch}:
+				lastEval = now
+			default:
+			}
+		}
+		if now.Sub(lastReport) >= n.cfg.ReportEvery {
+			s := t.Stats()
+			e := Event{Event: "progress", Step: s.Steps, Epoch: s.Epoch, Progress: float64(s.Progress), Loss: lossEMA,
+				Merges: n.merges.Load()}
+			if n.ann != nil {
+				e.Peers = len(n.partners())
+			}
+			if el := now.Sub(n.started).Seconds(); el > 0 {
+				e.SamplesPerSec = float64(s.Samples-startStats.Samples) / el
+				if done := s.Steps - startStats.Steps; done > 0 && steps > s.Steps {
+					e.ETA = el / float64(done) * float64(steps-s.Steps)
+				}
+			}
+			send(e)
+			lastReport = now
+		}
+	}
+	res.Finished = res.Finished || n.reached.Load() || (ctx.Err() == nil && (n.cfg.MaxSteps > 0 || n.cfg.Duration > 0))
+	stopAll()
+	r, err := t.Evaluate(n.test)
+	if err != nil {
+		return nil, err
+	}
+	res.TestAccuracy = r.Accuracy
+	// The final checkpoint is written even when interrupted (not marked
+	// final then), so a stopped node resumes where it stopped.
+	if err := ck.saveNow(context.WithoutCancel(ctx), t.State(), res.Finished); err != nil {
+		return nil, err
+	}
+	s := t.Stats()
+	send(Event{Event: "final", Step: s.Steps, Epoch: s.Epoch, Progress: float64(s.Progress), Loss: lossEMA,
+		TestAccuracy: &r.Accuracy, TestLoss: r.Loss, SamplesPerSec: s.SamplesPerSec, Fingerprint: n.fp.String(),
+		Merges: n.merges.Load()})
+	return res, nil
+}
+
+type evalRequest struct {
+	kind  string
+	snap  params.Snapshot
+	epoch int
+}
+
+// evaluator scores snapshots on the test set, off the trainer loop.
+func (n *Node) evaluator(ctx context.Context, in <-chan evalRequest, send func(Event)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case req := <-in:
+			r, err := train.Evaluate(n.trainer.Model(), req.snap.Params, n.test, 0, 1)
+			if err != nil {
+				n.log.Error("evaluation failed", "err", err)
+				continue
+			}
+			setF64(&n.lastAcc, r.Accuracy)
+			e := Event{Event: req.kind, Step: req.snap.Step, Epoch: req.epoch, Progress: float64(req.snap.Progress),
+				Loss: f64(&n.lastLoss), TestAccuracy: &r.Accuracy, TestLoss: r.Loss, Merges: n.merges.Load()}
+			if n.ann != nil {
+				e.Peers = len(n.partners())
+			}
+			send(e)
+			if n.cfg.UntilAccuracy > 0 && r.Accuracy >= n.cfg.UntilAccuracy {
+				n.reached.Store(true)
+			}
+		}
+	}
+}
+
+// averager starts an exchange every AvgInterval (with jitter) and merges
+// what comes back, and merges the models peers send when they start one.
+// It owns partner choice and is the only goroutine that merges.
+func (n *Node) averager(ctx context.Context, send func(Event)) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
+	next := func() time.Duration {
+		return time.Duration(float64(n.cfg.AvgInterval) * (0.8 + 0.4*rng.Float64()))
+	}
+	timer := time.NewTimer(next())
+	defer timer.Stop()
+	var last peer.ID
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case in := <-n.inbound:
+			n.merge(in.from, in.snap, true)
+		case <-timer.C:
+			last = n.round(ctx, rng, last, send)
+			timer.Reset(next())
+		}
+	}
+}
+
+// round runs one averaging round: catch up with a far-ahead peer, or
+// exchange with one partner and merge. It returns the partner.
+func (n *Node) round(ctx context.Context, rng *rand.Rand, last peer.ID, send func(Event)) peer.ID {
+	peers := n.partners()
+	if len(peers) == 0 {
+		return last
+	}
+	own := n.trainer.Stats().Progress
+	best := peers[0]
+	for _, p := range peers[1:] {
+		if p.Progress > best.Progress {
+			best = p
+		}
+	}
+	if n.cfg.CatchUp > 0 && best.Progress-float64(own) > n.cfg.CatchUp {
+		n.catchUp(ctx, best, send)
+		return best.Peer
+	}
+	// Partner policy: uniform among fresh peers training the same model,
+	// avoiding the previous partner when there is a choice, so models mix
+	// across the whole swarm instead of ping-ponging in pairs.
+	p := peers[rng.IntN(len(peers))]
+	if p.Peer == last && len(peers) > 1 {
+		for p.Peer == last {
+			p = peers[rng.IntN(len(peers))]
+		}
+	}
+	ectx, cancel := context.WithTimeout(ctx, n.cfg.ExchangeTimeout)
+	remote, err := n.svc.Exchange(ectx, p.Peer, n.trainer.Snapshot())
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			n.exchangeFailed(p.Peer, err)
+		}
+		return p.Peer
+	}
+	n.merge(p.Peer, remote, false)
+	return p.Peer
+}
+
+// partners are the fresh peers announcing our fingerprint in a mode that
+// merges.
+func (n *Node) partners() []gossip.PeerInfo {
+	var out []gossip.PeerInfo
+	for _, p := range n.ann.Fresh() {
+		if p.Peer != n.id && p.Fingerprint == n.fp && p.Mode == string(ModeGossip) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (n *Node) exchangeFailed(p peer.ID, err error) {
+	n.exchFailed.Add(1)
+	if errors.Is(err, context.DeadlineExceeded) || gossip.ReasonOf(err).String() == "timeout" {
+		n.timeouts.Add(1)
+	}
+	n.log.Debug("exchange failed", "peer", p, "err", err)
+}
+
+// catchUp replaces our model with the most advanced peer's: a node that
+// joins late or restarts far behind starts from the swarm's model instead
+// of dragging everyone back with its own.
+func (n *Node) catchUp(ctx context.Context, best gossip.PeerInfo, send func(Event)) {
+	pctx, cancel := context.WithTimeout(ctx, n.cfg.ExchangeTimeout)
+	remote, err := n.svc.Pull(pctx, best.Peer)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			n.exchangeFailed(best.Peer, err)
+		}
+		return
+	}
+	var before params.Progress
+	err = n.trainer.Apply(func(w, mom []float32, p *params.Progress) error {
+		if len(remote.Params) != len(w) || remote.Fingerprint != n.fp || !remote.Progress.Valid() {
+			return fmt.Errorf("node: catch-up model from %s does not fit", best.Peer)
+		}
+		before = *p
+		copy(w, remote.Params)
+		clear(mom) // the momentum belonged to the model we dropped
+		*p = remote.Progress
+		return nil
+	})
+	if err != nil {
+		n.log.Warn("catch-up failed", "peer", best.Peer, "err", err)
+		return
+	}
+	n.catchups.Add(1)
+	s := n.trainer.Stats()
+	send(Event{Event: "catchup", Step: s.Steps, Progress: float64(s.Progress),
+		Message: fmt.Sprintf("pulled the model of %s (progress %.0f, ours was %.0f)", best.Peer, float64(remote.Progress), float64(before))})
+}
+
+// merge mixes a remote model into ours between two steps.
+func (n *Node) merge(from peer.ID, remote params.Snapshot, inbound bool) {
+	var out averaging.Outcome
+	err := n.trainer.Apply(func(w, mom []float32, p *params.Progress) error {
+		var err error
+		out, err = n.cfg.Merger.Merge(averaging.Local{Fingerprint: n.fp, Params: w, Momentum: mom, Progress: p,
+			Batch: n.cfg.Train.Batch}, remote, nil)
+		return err
+	})
+	if err != nil {
+		n.log.Warn("merge refused", "peer", from, "err", err)
+		return
+	}
+	n.merges.Add(1)
+	n.lastMerge.Store(&MergeInfo{Partner: from.String(), Staleness: out.Staleness, Weight: out.Weight, Inbound: inbound, Time: time.Now()})
+}
+
+// closeMesh stops the protocols, then the host. Safe to call twice.
+func (n *Node) closeMesh() {
+	n.closeOnce.Do(func() {
+		if n.ann != nil {
+			_ = n.ann.Close()
+		}
+		if n.svc != nil {
+			_ = n.svc.Close()
+		}
+		if n.host != nil {
+			_ = n.host.Close()
+		}
+	})
+}
