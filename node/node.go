@@ -12,9 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
-	pubsub "github.com/libp2p/go-libp2p-pubsub"
 
 	"github.com/meshtrain/meshtrain/averaging"
 	"github.com/meshtrain/meshtrain/gossip"
