@@ -68,6 +68,9 @@ type Node struct {
 	reached     atomic.Bool // UntilAccuracy reached
 
 	closeOnce sync.Once
+
+	peerMu     sync.Mutex
+	peerMerges map[peer.ID]int64 // merges per partner, both directions
 }
 
 // MergeInfo describes the latest merge.
@@ -335,9 +338,11 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 		return nil, err
 	}
 	s := t.Stats()
+	setF64(&n.lastAcc, r.Accuracy)
+	status := n.Status()
 	send(Event{Event: "final", Step: s.Steps, Epoch: s.Epoch, Progress: float64(s.Progress), Loss: lossEMA,
 		TestAccuracy: &r.Accuracy, TestLoss: r.Loss, SamplesPerSec: s.SamplesPerSec, Fingerprint: n.fp.String(),
-		Merges: n.merges.Load()})
+		Merges: n.merges.Load(), Status: &status})
 	return res, nil
 }
 
@@ -505,7 +510,25 @@ func (n *Node) merge(from peer.ID, remote params.Snapshot, inbound bool) {
 		return
 	}
 	n.merges.Add(1)
+	n.peerMu.Lock()
+	if n.peerMerges == nil {
+		n.peerMerges = make(map[peer.ID]int64)
+	}
+	n.peerMerges[from]++
+	n.peerMu.Unlock()
 	n.lastMerge.Store(&MergeInfo{Partner: from.String(), Staleness: out.Staleness, Weight: out.Weight, Inbound: inbound, Time: time.Now()})
+}
+
+// PeerMerges returns how many merges this node made with each peer, in
+// either direction.
+func (n *Node) PeerMerges() map[string]int64 {
+	n.peerMu.Lock()
+	defer n.peerMu.Unlock()
+	out := make(map[string]int64, len(n.peerMerges))
+	for p, c := range n.peerMerges {
+		out[p.String()] = c
+	}
+	return out
 }
 
 // closeMesh stops the protocols, then the host. Safe to call twice.

@@ -52,6 +52,8 @@ type Event struct {
 	Addrs  []string `json:"addrs,omitempty"`
 	Peers  int      `json:"peers,omitempty"`
 	Merges int64    `json:"merges,omitempty"`
+	// Status is the node's full status, on the final event only.
+	Status *Status `json:"status,omitempty"`
 }
 
 // Result is what a finished run reports.

@@ -1,0 +1,72 @@
+package node
+
+import (
+	"time"
+
+	"github.com/meshtrain/meshtrain/gossip"
+	"github.com/meshtrain/meshtrain/store"
+)
+
+// Status is a point-in-time view of a node, for the REST API, the CLI and
+// tests. Durations are seconds, sizes bytes.
+type Status struct {
+	PeerID      string   `json:"peer_id"`
+	Addrs       []string `json:"addrs"`
+	Network     string   `json:"network"`
+	Mode        string   `json:"mode"`
+	Profile     string   `json:"profile"`
+	Fingerprint string   `json:"fingerprint"`
+	Version     string   `json:"version"`
+
+	Step          int64   `json:"step"`
+	Progress      float64 `json:"progress"`
+	Epoch         int     `json:"epoch"`
+	Loss          float64 `json:"loss"`
+	TestAccuracy  float64 `json:"test_accuracy"`
+	SamplesPerSec float64 `json:"samples_per_s"`
+	BusyFraction  float64 `json:"busy_fraction"`
+	BusyS         float64 `json:"busy_s"`
+	UptimeS       float64 `json:"uptime_s"`
+	// NetworkWaitS is the time the trainer loop spent waiting on the
+	// network. Gossip and local modes never do; the counter is here so the
+	// synchronous baseline can be compared on the same terms.
+	NetworkWaitS float64 `json:"network_wait_s"`
+
+	Peers            int              `json:"peers"`
+	Merges           int64            `json:"merges"`
+	PeerMerges       map[string]int64 `json:"peer_merges"`
+	LastMerge        *MergeInfo       `json:"last_merge,omitempty"`
+	CatchUps         int64            `json:"catch_ups"`
+	ExchangesFailed  int64            `json:"exchanges_failed"`
+	ExchangeTimeouts int64            `json:"exchange_timeouts"`
+	InboundDropped   int64            `json:"inbound_dropped"`
+	Gossip           gossip.Stats     `json:"gossip"`
+	LastCheckpoint   *store.Info      `json:"last_checkpoint,omitempty"`
+}
+
+// Status returns the node's current status.
+func (n *Node) Status() Status {
+	s := n.trainer.Stats()
+	up := time.Since(n.started)
+	st := Status{
+		Network: n.cfg.Train.Network, Mode: string(n.cfg.Mode), Profile: string(n.cfg.Host.Profile),
+		Fingerprint: n.fp.String(), Version: Version(),
+		Step: s.Steps, Progress: float64(s.Progress), Epoch: s.Epoch, Loss: f64(&n.lastLoss),
+		TestAccuracy: f64(&n.lastAcc), SamplesPerSec: s.SamplesPerSec, BusyS: s.Busy.Seconds(), UptimeS: up.Seconds(),
+		NetworkWaitS: time.Duration(n.networkWait.Load()).Seconds(),
+		Merges:       n.merges.Load(), PeerMerges: n.PeerMerges(), LastMerge: n.lastMerge.Load(), CatchUps: n.catchups.Load(),
+		ExchangesFailed: n.exchFailed.Load(), ExchangeTimeouts: n.timeouts.Load(), InboundDropped: n.inDropped.Load(),
+		Gossip: n.counters.Snapshot(), LastCheckpoint: n.lastCkpt.Load(),
+	}
+	if n.cfg.Offline {
+		st.Mode, st.Profile = "offline", ""
+	}
+	if up > 0 {
+		st.BusyFraction = min(1, s.Busy.Seconds()/up.Seconds())
+	}
+	if n.host != nil {
+		st.PeerID, st.Addrs = n.id.String(), n.Addrs()
+		st.Peers = len(n.partners())
+	}
+	return st
+}
