@@ -90,6 +90,10 @@ type Config struct {
 	MaxPending int
 	// UploadLimiter, if set, paces every byte we send.
 	UploadLimiter Limiter
+	// Alloc, if set, supplies the vector for every snapshot we receive (see
+	// FrameReader.Alloc): a node that recycles vectors after merging saves
+	// faulting in a model's worth of fresh memory per transfer.
+	Alloc func(n int) []float32
 	// OnReceive, if set, gets the initiator's snapshot of each completed
 	// inbound exchange.
 	OnReceive ReceiveFunc

@@ -1,6 +1,9 @@
 package gossip
 
-import "math"
+import (
+	"math"
+	"sync"
+)
 
 // IEEE 754 binary16 conversion. Frames may carry parameters as fp16 to halve
 // the bytes on the wire; the receiver widens them back to float32 exactly.
@@ -16,29 +19,30 @@ const MaxFP16 = 65504
 func FP16Bits(f float32) uint16 {
 	b := math.Float32bits(f)
 	sign := uint16(b>>16) & 0x8000
-	exp := int32(b>>23) & 0xff
-	mant := b & 0x7fffff
-	if exp == 0xff {
-		if mant != 0 {
-			return sign | 0x7e00
-		}
+	x := b & 0x7fffffff
+	switch {
+	case x >= 0x38800000 && x < 0x477ff000:
+		// The common case, a value that rounds to a normal fp16: rebias
+		// the exponent (127 -> 15) and round the 13 dropped mantissa bits
+		// to nearest even in one addition; a carry out of the mantissa
+		// correctly bumps the exponent.
+		return sign | uint16((x-0x38000000+0x0fff+(x>>13)&1)>>13)
+	case x > 0x7f800000:
+		return sign | 0x7e00
+	case x >= 0x477ff000:
+		// From 65520 (the midpoint above MaxFP16, which ties to the even
+		// neighbour 65536) upwards, and Inf itself.
 		return sign | 0x7c00
 	}
-	e := exp - 127 + 15
-	if e >= 0x1f {
-		return sign | 0x7c00
+	// Subnormal in fp16 (float32 subnormals land here too and round to
+	// zero). With e the fp16 exponent (<= 0), the value in units of 2^-24
+	// is m >> (14-e).
+	e := int32(x>>23) - 127 + 15
+	if e < -10 {
+		return sign
 	}
-	if e <= 0 {
-		// Subnormal in fp16 (float32 subnormals land here too and round to
-		// zero). In units of 2^-24 the value is m >> (14-e).
-		if e < -10 {
-			return sign
-		}
-		m := mant | 0x800000
-		return sign | uint16(roundShift(m, uint32(14-e)))
-	}
-	// A carry out of the mantissa correctly bumps the exponent, up to Inf.
-	return sign | uint16(roundShift(uint32(e)<<23|mant, 13))
+	m := x&0x7fffff | 0x800000
+	return sign | uint16(roundShift(m, uint32(14-e)))
 }
 
 // roundShift returns v >> s rounded to nearest, ties to even.
@@ -94,13 +98,24 @@ func encodeFP16(dst []byte, src []float32) (overflow bool) {
 	return overflow
 }
 
+// fp16Table maps every binary16 bit pattern to its float32 value: 256 KiB
+// that turn decoding into one load per element.
+var fp16Table = sync.OnceValue(func() *[1 << 16]float32 {
+	var t [1 << 16]float32
+	for h := range t {
+		t[h] = FP16Value(uint16(h))
+	}
+	return &t
+})
+
 // decodeFP16 widens little-endian binary16 src into dst.
 func decodeFP16(dst []float32, src []byte) {
 	if len(dst) == 0 {
 		return
 	}
 	_ = src[2*len(dst)-1]
+	t := fp16Table()
 	for i := range dst {
-		dst[i] = FP16Value(uint16(src[2*i]) | uint16(src[2*i+1])<<8)
+		dst[i] = t[uint16(src[2*i])|uint16(src[2*i+1])<<8]
 	}
 }

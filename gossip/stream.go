@@ -36,6 +36,7 @@ func (s *Service) writer(x *streamIO) FrameWriter {
 func (s *Service) reader(x *streamIO, want int) FrameReader {
 	return FrameReader{
 		Limits:      Limits{Fingerprint: s.cfg.Fingerprint, Elements: want, MaxElements: s.cfg.MaxElements},
+		Alloc:       s.cfg.Alloc,
 		BeforeChunk: x.beforeRead,
 	}
 }

@@ -1,0 +1,198 @@
+package gossip
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+func testAnnounceConfig() AnnounceConfig {
+	c := DefaultAnnounceConfig()
+	c.Network = "test"
+	c.Fingerprint = testFP
+	c.Interval = 200 * time.Millisecond
+	// Generous against a slow, shared machine: freshness is not what
+	// these tests measure.
+	c.FreshWindow = 5 * time.Second
+	c.MaxAge = 5 * time.Second
+	c.Logger = slog.New(slog.DiscardHandler)
+	return c
+}
+
+// newPubSub starts gossipsub with strict signing (the default, made
+// explicit) and stops it when the test ends.
+func newPubSub(t *testing.T, h host.Host) *pubsub.PubSub {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ps, err := pubsub.NewGossipSub(ctx, h, pubsub.WithMessageSignaturePolicy(pubsub.StrictSign))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cancel)
+	return ps
+}
+
+func localStatus(step int64) LocalFunc {
+	return func() Announcement {
+		return Announcement{Step: step, Progress: float64(32 * step), Loss: 0.5, Accuracy: 0.8, SamplesPerSec: 1000, Mode: "gossip"}
+	}
+}
+
+// Six hosts in a line (so announcements must be relayed) all end up with
+// the other five in their fresh tables.
+func TestAnnounceMesh(t *testing.T) {
+	checkLeaks(t)
+	const n = 6
+	hosts := make([]host.Host, n)
+	anns := make([]*Announcer, n)
+	for i := range hosts {
+		hosts[i] = newHost(t, "tcp", testConfig(testN))
+		a, err := NewAnnouncer(hosts[i], newPubSub(t, hosts[i]), testAnnounceConfig(), localStatus(int64(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		anns[i] = a
+		t.Cleanup(func() { _ = a.Close() })
+		if i > 0 {
+			connect(t, hosts[i-1], hosts[i])
+		}
+	}
+	for i, a := range anns {
+		eventually(t, "every host sees the other five", func() bool { return len(a.Fresh()) == n-1 })
+		for _, pi := range a.Fresh() {
+			if pi.Peer == hosts[i].ID() {
+				t.Fatalf("host %d lists itself", i)
+			}
+			if len(pi.Addrs) == 0 || pi.Mode != "gossip" || pi.Fingerprint != testFP {
+				t.Errorf("host %d has %+v", i, pi)
+			}
+			if pi.Progress != float64(32*pi.Step) {
+				t.Errorf("announcement fields mixed up: %+v", pi)
+			}
+		}
+	}
+	st := anns[0].Counters().Snapshot()
+	if st.AnnouncesSent == 0 || st.AnnouncesSeen == 0 {
+		t.Errorf("counters %+v", st)
+	}
+	for _, r := range Reasons() {
+		if st.Rejected[r] != 0 {
+			t.Errorf("honest mesh counted %d as %v", st.Rejected[r], r)
+		}
+	}
+	if err := anns[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := anns[0].Close(); err != nil {
+		t.Fatal("second Close:", err)
+	}
+}
+
+// A peer that publishes by hand: malformed, forged, foreign, stale and
+// flooding announcements are refused or ignored under their reasons, and
+// its one honest announcement still gets it into the table.
+func TestAnnounceHostile(t *testing.T) {
+	checkLeaks(t)
+	victimHost := newHost(t, "tcp", testConfig(testN))
+	cfg := testAnnounceConfig()
+	cfg.Interval = time.Hour // one rate window for the whole test
+	cfg.FreshWindow = time.Hour
+	var mu sync.Mutex
+	var rejected []Reason
+	cfg.OnReject = func(p peer.ID, r Reason) {
+		mu.Lock() // validators run concurrently
+		defer mu.Unlock()
+		rejected = append(rejected, r)
+	}
+	victim, err := NewAnnouncer(victimHost, newPubSub(t, victimHost), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = victim.Close() })
+
+	atkHost := newAttackerHost(t, "tcp")
+	atkPS := newPubSub(t, atkHost)
+	topic, err := atkPS.Join(AnnounceTopic(cfg.Network))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = topic.Close() })
+	connect(t, atkHost, victimHost)
+	eventually(t, "attacker sees the victim on the topic", func() bool { return len(topic.ListPeers()) == 1 })
+
+	honest := func() Announcement {
+		return Announcement{Peer: atkHost.ID(), Fingerprint: testFP, Step: 7, Progress: 224, Mode: "gossip", TimeMs: time.Now().UnixMilli()}
+	}
+	publish := func(v any) {
+		t.Helper()
+		b, ok := v.([]byte)
+		if !ok {
+			b, _ = json.Marshal(v)
+		}
+		if err := topic.Publish(t.Context(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(r Reason) uint64 { return victim.Counters().Rejected(r) }
+
+	publish([]byte("not json"))
+	eventually(t, "malformed counted", func() bool { return count(ReasonMalformed) == 1 })
+
+	forged := honest()
+	forged.Peer = victimHost.ID()
+	publish(forged)
+	eventually(t, "forged sender counted", func() bool { return count(ReasonInconsistent) == 1 })
+
+	foreign := honest()
+	foreign.Fingerprint[0] ^= 1
+	publish(foreign)
+	eventually(t, "other model counted", func() bool { return count(ReasonFingerprint) == 1 })
+
+	stale := honest()
+	stale.TimeMs -= time.Hour.Milliseconds()
+	publish(stale)
+	eventually(t, "stale counted", func() bool { return count(ReasonStale) == 1 })
+
+	publish(append([]byte(`{"mode":"`), make([]byte, MaxAnnounceSize)...))
+	eventually(t, "oversize counted", func() bool { return count(ReasonOversize) == 1 })
+
+	// None of that got the attacker into the table.
+	if len(victim.Fresh()) != 0 {
+		t.Fatalf("refused announcements reached the table: %+v", victim.Fresh())
+	}
+
+	// A flood of valid announcements: MaxPerInterval get through, the rest
+	// are ignored and counted (some may be dropped by pubsub's queues
+	// before validation, so only a lower bound is certain).
+	const flood = 20
+	for i := range flood {
+		a := honest()
+		a.Step = int64(i)
+		publish(a)
+	}
+	eventually(t, "the flood counted", func() bool { return count(ReasonFlood) >= 1 })
+	eventually(t, "the attacker's first valid announcements accepted", func() bool { return len(victim.Fresh()) == 1 })
+	if got := victim.Counters().Snapshot().AnnouncesSeen; got > uint64(cfg.MaxPerInterval) {
+		t.Errorf("%d announcements accepted from one peer in one window, limit %d", got, cfg.MaxPerInterval)
+	}
+	if fresh := victim.Fresh(); fresh[0].Peer != atkHost.ID() {
+		t.Errorf("table holds %+v", fresh)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, r := range rejected {
+		if r == ReasonNone {
+			t.Error("hook told of a non-reason")
+		}
+	}
+	if len(rejected) < 6 {
+		t.Errorf("reject hook heard %d rejections", len(rejected))
+	}
+}
