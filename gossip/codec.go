@@ -453,7 +453,10 @@ func allFinite(v []float32) bool {
 		}
 		v = v[1:]
 	}
-	words := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(v))), len(v)/2)
+	var words []uint64
+	if len(v) >= 2 {
+		words = unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(v))), len(v)/2)
+	}
 	var a0, a1, a2, a3 uint64
 	for len(words) >= 4 {
 		a0 |= words[0]&expMask + expOne
