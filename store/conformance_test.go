@@ -541,3 +541,24 @@ func countKeys(t *testing.T, s *kvStore, prefix []byte) int {
 	}
 	return n
 }
+
+// TestPortableFloatPath checks the byte-order-independent encoding used on
+// big-endian machines against the zero-copy one: each must read what the
+// other wrote.
+func TestPortableFloatPath(t *testing.T) {
+	native := littleEndian
+	defer func() { littleEndian = native }()
+	s := openMemory(t, Options{ChunkSize: MinChunkSize})
+	for _, tc := range []struct{ write, read bool }{{false, native}, {native, false}} {
+		littleEndian = tc.write
+		c := ckpt(fpA, 1, 3000, 1500)
+		info := mustSave(t, s, c)
+		littleEndian = tc.read
+		got, err := s.Load(t.Context(), info.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Created = info.Created
+		checkSame(t, got, c)
+	}
+}

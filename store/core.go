@@ -532,6 +532,9 @@ func readCheckpoint(ctx context.Context, r kvReader, id uint64, decode bool) (*C
 		tag byte
 		n   uint64
 	}{{sectionParam, m.paramsLen}, {sectionOpt, m.optLen}} {
+		if decode && sec.n > uint64(math.MaxInt/4) {
+			return nil, fmt.Errorf("store: checkpoint %d holds %d floats, too many for this platform", id, sec.n)
+		}
 		if decode && sec.n > 0 {
 			vecs[i] = make([]float32, sec.n)
 		}
