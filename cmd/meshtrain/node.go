@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -48,11 +49,15 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	if fs.NArg() > 0 {
 		return usageError(e, "unexpected argument %q", fs.Arg(0))
 	}
+	// Every bad setting is reported at once, wherever it came from.
+	var errs []string
+	if err := applySettings(fs, os.Environ()); err != nil {
+		errs = append(errs, err.Error())
+	}
 	cfg := d
 	if err := f.config(&cfg); err != nil {
-		return usageError(e, "%v", err)
+		errs = append(errs, err.Error())
 	}
-	var errs []string
 	var err error
 	if cfg.Mode, err = node.ParseMode(*mode); err != nil {
 		errs = append(errs, err.Error())

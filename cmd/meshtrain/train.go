@@ -92,6 +92,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.duration, "duration", 0, "stop after this wall time (0: no limit)")
 	fs.StringVar(&f.save, "save", "", "write the final model to this safetensors file")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object per line instead of text")
+	fs.String("config", "", "YAML file of settings keyed by flag name (flags and MESHTRAIN_* variables override it)")
 }
 
 // config fills the node config's run fields from the flags.
@@ -164,6 +165,9 @@ func runTrain(ctx context.Context, e *env, args []string) int {
 	f.register(fs)
 	if code, ok := parse(e, fs, args); !ok {
 		return code
+	}
+	if err := applySettings(fs, os.Environ()); err != nil {
+		return usageError(e, "%v", err)
 	}
 	if fs.NArg() > 0 {
 		return usageError(e, "unexpected argument %q", fs.Arg(0))
