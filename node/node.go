@@ -69,6 +69,10 @@ type Node struct {
 
 	closeOnce sync.Once
 
+	histMu sync.Mutex
+	hist   []store.Point
+	histQ  chan store.Point
+
 	peerMu     sync.Mutex
 	peerMerges map[peer.ID]int64 // merges per partner, both directions
 }
@@ -111,10 +115,13 @@ func New(ctx context.Context, cfg Config, st store.Store, log *slog.Logger, emit
 		return nil, err
 	}
 	n := &Node{cfg: cfg, log: log.With("component", "node"), baseLog: log, st: st, trainer: t, test: testSet, fp: t.Fingerprint(),
-		inbound: make(chan inboundModel, 4), started: time.Now()}
+		inbound: make(chan inboundModel, 4), histQ: make(chan store.Point, 16), started: time.Now()}
 	if st != nil {
 		if err := resume(ctx, cfg, st, t, log, emit); err != nil {
 			return nil, err
+		}
+		if h, err := st.History(historyLimit); err == nil {
+			n.hist = h
 		}
 	} else {
 		emit(Event{Event: "start", Fingerprint: n.fp.String(), Message: "no data dir: training without checkpoints"})
@@ -251,8 +258,9 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 	runCtx, stopLoops := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	evals := make(chan evalRequest, 1)
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); n.evaluator(runCtx, evals, send) }()
+	go func() { defer wg.Done(); n.historian(runCtx) }()
 	if n.host != nil && n.cfg.Mode == ModeGossip {
 		wg.Add(1)
 		go func() { defer wg.Done(); n.averager(runCtx, send) }()
@@ -322,6 +330,8 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 				}
 			}
 			send(e)
+			n.record(store.Point{Time: now, Step: s.Steps, Progress: s.Progress, Loss: lossEMA,
+				Accuracy: f64(&n.lastAcc), SamplesPerSec: s.SamplesPerSec})
 			lastReport = now
 		}
 	}

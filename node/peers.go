@@ -1,0 +1,128 @@
+package node
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+
+	"github.com/meshtrain/meshtrain/averaging"
+	"github.com/meshtrain/meshtrain/params"
+	"github.com/meshtrain/meshtrain/store"
+)
+
+// PeerStatus is what this node knows about one fresh peer.
+type PeerStatus struct {
+	PeerID        string   `json:"peer_id"`
+	Addrs         []string `json:"addrs"`
+	Mode          string   `json:"mode"`
+	Step          int64    `json:"step"`
+	Progress      float64  `json:"progress"`
+	Loss          float64  `json:"loss"`
+	Accuracy      float64  `json:"accuracy"`
+	SamplesPerSec float64  `json:"samples_per_s"`
+	// Staleness is the peer's model's staleness relative to ours, in our
+	// steps: max(0, our progress - theirs) / our batch.
+	Staleness float64 `json:"staleness"`
+	// Reputation is the peer's score; nil until peer scoring is enabled.
+	Reputation *float64 `json:"reputation"`
+	RTTS       float64  `json:"rtt_s"`
+	LastSeenS  float64  `json:"last_seen_s"` // seconds ago
+	Connected  bool     `json:"connected"`
+	Merges     int64    `json:"merges"`
+}
+
+// Peers lists the fresh peers that announced our fingerprint, sorted by ID.
+func (n *Node) Peers() []PeerStatus {
+	if n.ann == nil {
+		return []PeerStatus{}
+	}
+	own := n.trainer.Stats().Progress
+	merges := n.PeerMerges()
+	now := time.Now()
+	out := []PeerStatus{}
+	for _, p := range n.ann.Fresh() {
+		if p.Fingerprint != n.fp || p.Peer == n.id {
+			continue
+		}
+		s, _ := averaging.StalenessSteps(own, params.Progress(p.Progress), n.cfg.Train.Batch)
+		out = append(out, PeerStatus{
+			PeerID: p.Peer.String(), Addrs: append([]string{}, p.Addrs...), Mode: p.Mode, Step: p.Step,
+			Progress: p.Progress, Loss: p.Loss, Accuracy: p.Accuracy, SamplesPerSec: p.SamplesPerSec,
+			Staleness: s, RTTS: n.host.Peerstore().LatencyEWMA(p.Peer).Seconds(),
+			LastSeenS: now.Sub(p.SeenAt).Seconds(), Connected: n.host.Network().Connectedness(p.Peer) == network.Connected,
+			Merges: merges[p.Peer.String()],
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PeerID < out[j].PeerID })
+	return out
+}
+
+// Snapshot returns a frozen copy of the model and its layout.
+func (n *Node) Snapshot() (params.Snapshot, params.Layout) {
+	return n.trainer.Snapshot(), n.trainer.Model().Layout()
+}
+
+// ModelMeta is the safetensors metadata of an exported model.
+func (n *Node) ModelMeta() (model, dataset, network string, seed uint64) {
+	return n.trainer.Model().Spec(), n.cfg.Dataset, n.cfg.Train.Network, n.cfg.Train.Seed
+}
+
+// Checkpoints lists the store's checkpoints (empty without a store).
+func (n *Node) Checkpoints() ([]store.Info, error) {
+	if n.st == nil {
+		return []store.Info{}, nil
+	}
+	l, err := n.st.List()
+	if l == nil {
+		l = []store.Info{}
+	}
+	return l, err
+}
+
+// History returns the last k metric points (all with k <= 0), oldest first.
+func (n *Node) History(k int) []store.Point {
+	n.histMu.Lock()
+	defer n.histMu.Unlock()
+	h := n.hist
+	if k > 0 && len(h) > k {
+		h = h[len(h)-k:]
+	}
+	return append([]store.Point{}, h...)
+}
+
+// historyLimit bounds the in-memory history the dashboard reads.
+const historyLimit = 2000
+
+// record appends a metric point to the in-memory history and queues it
+// for the store; it never waits for the disk (a full queue drops it).
+func (n *Node) record(p store.Point) {
+	n.histMu.Lock()
+	n.hist = append(n.hist, p)
+	if len(n.hist) > historyLimit {
+		n.hist = append(n.hist[:0:0], n.hist[len(n.hist)-historyLimit:]...)
+	}
+	n.histMu.Unlock()
+	select {
+	case n.histQ <- p:
+	default:
+	}
+}
+
+// historian writes queued metric points to the store until ctx ends.
+func (n *Node) historian(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-n.histQ:
+			if n.st == nil {
+				continue
+			}
+			if err := n.st.AppendHistory(p); err != nil {
+				n.log.Warn("metric history not stored", "err", err)
+			}
+		}
+	}
+}
