@@ -227,6 +227,11 @@ func TestAnnounceConfigValidate(t *testing.T) {
 	if !errors.Is(err, ErrBadConfig) {
 		t.Errorf("not ErrBadConfig: %v", err)
 	}
+	c = DefaultAnnounceConfig()
+	c.Interval = 2 * time.Second
+	if d := c.withDerived(); d.FreshWindow != 6*time.Second || d.MaxAge != 6*time.Second {
+		t.Errorf("derived fresh window %v, max age %v", d.FreshWindow, d.MaxAge)
+	}
 	if got := AnnounceTopic("main"); got != "/meshtrain/main/announce/1" {
 		t.Errorf("topic %q", got)
 	}

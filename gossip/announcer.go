@@ -33,13 +33,14 @@ type AnnounceConfig struct {
 	// counts in. Default 5s.
 	Interval time.Duration
 	// FreshWindow: a peer stays in Fresh this long after its latest
-	// announcement. Default 3*Interval, so one or two lost messages do not
+	// announcement. 0 means 3*Interval, so one or two lost messages do not
 	// drop a live peer.
 	FreshWindow time.Duration
 	// MaxAge: an announcement whose timestamp is older is ignored as stale.
-	// Default FreshWindow: it could not make its peer fresh anyway, and
-	// this is below pubsub's seen-message TTL (2 min), so a replay of an
-	// old message that pubsub no longer remembers is still refused.
+	// 0 means FreshWindow: an older one could not make its peer fresh
+	// anyway, and while this stays below pubsub's seen-message TTL (2 min)
+	// a replay of an old message that pubsub no longer remembers is still
+	// refused.
 	MaxAge time.Duration
 	// MaxSkew: how far in the future a timestamp may be (clock skew).
 	// Default 30s.
@@ -62,16 +63,27 @@ type AnnounceConfig struct {
 func DefaultAnnounceConfig() AnnounceConfig {
 	return AnnounceConfig{
 		Interval:       5 * time.Second,
-		FreshWindow:    15 * time.Second,
-		MaxAge:         15 * time.Second,
 		MaxSkew:        30 * time.Second,
 		MaxPerInterval: 3,
 		MaxPeers:       4096,
 	}
 }
 
+// withDerived fills the fields whose zero value means "derived from
+// Interval".
+func (c AnnounceConfig) withDerived() AnnounceConfig {
+	if c.FreshWindow == 0 {
+		c.FreshWindow = 3 * c.Interval
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = c.FreshWindow
+	}
+	return c
+}
+
 // Validate reports every bad field at once.
 func (c AnnounceConfig) Validate() error {
+	c = c.withDerived()
 	var errs []error
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrBadConfig}, a...)...))
@@ -140,6 +152,7 @@ func NewAnnouncer(h host.Host, ps *pubsub.PubSub, cfg AnnounceConfig, local Loca
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDerived()
 	if cfg.Counters == nil {
 		cfg.Counters = new(Counters)
 	}

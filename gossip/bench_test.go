@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,9 +64,13 @@ const bareProtocol protocol.ID = "/meshtrain/bench/bare/1"
 
 // BenchmarkTransfer moves a 100 MB fp32 vector between two hosts on
 // loopback: "bare" is a plain libp2p stream copy of the same bytes into a
-// preallocated buffer (the ceiling), "pull" is one frame through the
-// service (allocation, checksum and checks included), "exchange" sends one
-// frame each way (bytes counted both ways). Compare pull against bare.
+// preallocated buffer (the ceiling); "pull" is one frame through the
+// service in the worst case: the responder encodes a snapshot it has not
+// sent before (finiteness check and checksum) and the receiver faults in a
+// fresh vector, checksums and checks it; "reuse" (in "paired") is the best
+// case: the responder sends the frame it encoded last time and the
+// receiver fills a recycled vector; "exchange" sends one frame each way
+// (bytes counted both ways).
 func BenchmarkTransfer(b *testing.B) {
 	for _, transport := range []string{"tcp", "quic"} {
 		b.Run(transport, func(b *testing.B) {
@@ -79,7 +84,18 @@ func BenchmarkTransfer(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer sa.Close()
-			sb, err := NewService(hb, cfg, func() (params.Snapshot, bool) { return snapB, true })
+			// While fresh is set, b serves a new snapshot (same vector, next
+			// step) at every request, as if its trainer had just frozen
+			// one: the worst case, where nothing encoded before is reused.
+			var fresh atomic.Bool
+			var step atomic.Int64
+			sb, err := NewService(hb, cfg, func() (params.Snapshot, bool) {
+				s := snapB
+				if fresh.Load() {
+					s.Step = step.Add(1)
+				}
+				return s, true
+			})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -132,6 +148,8 @@ func BenchmarkTransfer(b *testing.B) {
 				_ = s.Close()
 			}
 			pull := func(b *testing.B) {
+				fresh.Store(true)
+				defer fresh.Store(false)
 				if _, err := sa.Pull(b.Context(), hb.ID()); err != nil {
 					b.Fatal(err)
 				}

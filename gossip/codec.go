@@ -241,9 +241,21 @@ type FrameWriter struct {
 	BeforeChunk func(n int) error
 }
 
-// WriteFrame writes s as one frame: header, then the payload in chunks. It
-// reads s.Params and never writes it.
-func (e FrameWriter) WriteFrame(w io.Writer, s params.Snapshot) error {
+// Frame is a snapshot ready to send: checked, converted and checksummed
+// once. For fp32 its payload is the snapshot's own memory (never written);
+// the sender may send it any number of times while the snapshot lives.
+type Frame struct {
+	Header  FrameHeader
+	payload []byte
+}
+
+// Size is the number of bytes the frame takes on the wire.
+func (f *Frame) Size() int64 { return FrameHeaderSize + int64(len(f.payload)) }
+
+// Encode checks s and prepares its frame. It refuses an empty or invalid
+// snapshot, and one holding NaN or Inf: a diverged model is stopped here
+// rather than counted against us as "non_finite" by every peer it reaches.
+func (e FrameWriter) Encode(s params.Snapshot) (*Frame, error) {
 	dt := e.DType
 	if dt == 0 {
 		dt = FP32
@@ -254,13 +266,13 @@ func (e FrameWriter) WriteFrame(w io.Writer, s params.Snapshot) error {
 	}
 	switch {
 	case dt.Size() == 0:
-		return fmt.Errorf("%w: dtype %d", ErrBadConfig, dt)
+		return nil, fmt.Errorf("%w: dtype %d", ErrBadConfig, dt)
 	case !validChunkSize(int64(chunk)):
-		return fmt.Errorf("%w: chunk size %d", ErrBadConfig, chunk)
+		return nil, fmt.Errorf("%w: chunk size %d", ErrBadConfig, chunk)
 	case len(s.Params) == 0 || len(s.Params) > params.MaxElements:
-		return fmt.Errorf("%w: %d parameters", ErrBadSnapshot, len(s.Params))
+		return nil, fmt.Errorf("%w: %d parameters", ErrBadSnapshot, len(s.Params))
 	case s.Step < 0 || !s.Progress.Valid():
-		return fmt.Errorf("%w: step %d progress %v", ErrBadSnapshot, s.Step, float64(s.Progress))
+		return nil, fmt.Errorf("%w: step %d progress %v", ErrBadSnapshot, s.Step, float64(s.Progress))
 	}
 	var payload []byte
 	if dt == FP16 {
@@ -279,39 +291,54 @@ func (e FrameWriter) WriteFrame(w io.Writer, s params.Snapshot) error {
 			}
 		}
 	}
-	h := FrameHeader{
-		DType:       dt,
-		Fingerprint: s.Fingerprint,
-		Elements:    uint64(len(s.Params)),
-		Step:        s.Step,
-		Progress:    s.Progress,
-		ChunkSize:   uint32(chunk),
-	}
-	// One pass over the parameters, block by block while each is in cache:
-	// hash the payload, and refuse a diverged model here rather than have
-	// every peer we send it to count it against us as "non_finite".
+	// One pass over the parameters, block by block while each is in
+	// cache: check finiteness and checksum the payload.
 	var crc uint32
+	es := dt.Size()
 	for off := 0; off < len(s.Params); off += hashBlock {
 		end := min(off+hashBlock, len(s.Params))
 		if !allFinite(s.Params[off:end]) {
-			return fmt.Errorf("%w: %w", ErrBadSnapshot, params.ErrNonFinite)
+			return nil, fmt.Errorf("%w: %w", ErrBadSnapshot, params.ErrNonFinite)
 		}
-		es := dt.Size()
 		crc = crc32.Update(crc, castagnoli, payload[off*es:end*es])
 	}
-	h.Checksum = crc
-	hb := h.Marshal()
+	return &Frame{
+		Header: FrameHeader{
+			DType:       dt,
+			Fingerprint: s.Fingerprint,
+			Elements:    uint64(len(s.Params)),
+			Step:        s.Step,
+			Progress:    s.Progress,
+			ChunkSize:   uint32(chunk),
+			Checksum:    crc,
+		},
+		payload: payload,
+	}, nil
+}
 
+// Send writes f: the header, then the payload in the header's chunk size.
+func (e FrameWriter) Send(w io.Writer, f *Frame) error {
+	hb := f.Header.Marshal()
 	if err := e.write(w, hb[:]); err != nil {
 		return fmt.Errorf("write frame header: %w", err)
 	}
-	for off := 0; off < len(payload); off += chunk {
-		end := min(off+chunk, len(payload))
-		if err := e.write(w, payload[off:end]); err != nil {
+	chunk := int(f.Header.ChunkSize)
+	for off := 0; off < len(f.payload); off += chunk {
+		end := min(off+chunk, len(f.payload))
+		if err := e.write(w, f.payload[off:end]); err != nil {
 			return fmt.Errorf("write frame payload at byte %d: %w", off, err)
 		}
 	}
 	return nil
+}
+
+// WriteFrame encodes and sends s as one frame.
+func (e FrameWriter) WriteFrame(w io.Writer, s params.Snapshot) error {
+	f, err := e.Encode(s)
+	if err != nil {
+		return err
+	}
+	return e.Send(w, f)
 }
 
 func (e FrameWriter) write(w io.Writer, b []byte) error {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -28,14 +29,16 @@ const ServiceName = "meshtrain.params"
 // SnapshotFunc hands the service the node's latest frozen snapshot, or
 // false if there is none yet. It must be cheap and must not block on the
 // trainer: serving a peer copies nothing more than what it returns, and
-// never writes to it.
+// never writes to it. The service keeps the last snapshot it encoded (so
+// its vector stays alive) until it encodes another.
 type SnapshotFunc func() (params.Snapshot, bool)
 
 // ReceiveFunc is given the initiator's snapshot after an inbound exchange
 // completed, so the node can merge it too. It runs on the stream handler
-// goroutine while the inbound slot is still held, which bounds the
-// snapshots waiting to be merged by Config.MaxInbound; it should hand the
-// snapshot off and return.
+// goroutine; Close waits for it. It should hand the snapshot off without
+// blocking (dropping it if the merger is behind) and return: the inbound
+// slot is already free, so the handoff is what bounds the snapshots
+// waiting to be merged.
 type ReceiveFunc func(p peer.ID, s params.Snapshot)
 
 // Limiter paces uploads. *rate.Limiter satisfies it; NewUploadLimiter
@@ -159,8 +162,9 @@ func (c Config) Validate() error {
 // Service serves and makes parameter exchanges on one host.
 //
 // Ownership: cfg and the handles are immutable after NewService. mu guards
-// closed, active and activeBy; pending is atomic; wg counts every handler
-// and every outbound request so Close can wait for them.
+// closed, active and activeBy; cacheMu guards the last encoded frame;
+// pending is atomic; wg counts every handler and every outbound request so
+// Close can wait for them.
 type Service struct {
 	h        host.Host
 	cfg      Config
@@ -180,6 +184,10 @@ type Service struct {
 	closed   bool
 	active   int
 	activeBy map[peer.ID]int
+
+	cacheMu   sync.Mutex // guards the last encoded frame
+	cached    *Frame
+	cachedKey frameKey
 }
 
 // NewService validates cfg and registers the protocol handler on h.
@@ -282,17 +290,52 @@ func (s *Service) protect(p peer.ID) func() {
 
 // Pull fetches p's current snapshot.
 func (s *Service) Pull(ctx context.Context, p peer.ID) (params.Snapshot, error) {
-	return s.request(ctx, p, KindPull, params.Snapshot{})
+	return s.request(ctx, p, KindPull, nil)
 }
 
 // Exchange sends local to p and returns p's snapshot: each side then
 // computes its own merge weight. local must carry the service's
 // fingerprint (and Elements, if set).
 func (s *Service) Exchange(ctx context.Context, p peer.ID, local params.Snapshot) (params.Snapshot, error) {
-	if err := s.checkLocal(local); err != nil {
+	f, err := s.encode(local)
+	if err != nil {
 		return params.Snapshot{}, err
 	}
-	return s.request(ctx, p, KindExchange, local)
+	return s.request(ctx, p, KindExchange, f)
+}
+
+// encode checks a local snapshot against the service and prepares its
+// frame, before any stream is opened or any answer promised. The last
+// frame is kept: a frozen snapshot is usually sent several times (to each
+// peer that pulls it, and in our own exchanges), and without the cache
+// every request, a hostile one included, would cost a pass over the model.
+func (s *Service) encode(local params.Snapshot) (*Frame, error) {
+	if err := s.checkLocal(local); err != nil {
+		return nil, err
+	}
+	key := frameKey{data: unsafe.SliceData(local.Params), n: len(local.Params), step: local.Step, progress: local.Progress}
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if s.cached != nil && s.cachedKey == key {
+		return s.cached, nil
+	}
+	f, err := FrameWriter{DType: s.cfg.SendDType, ChunkSize: s.cfg.ChunkSize}.Encode(local)
+	if err != nil {
+		return nil, err
+	}
+	s.cached, s.cachedKey = f, key
+	return f, nil
+}
+
+// frameKey identifies a snapshot by its vector's memory and metadata.
+// Snapshots are immutable once taken (params.Snapshot), and the cached
+// frame references the vector, so no other vector can occupy that memory
+// while the key is held.
+type frameKey struct {
+	data     *float32
+	n        int
+	step     int64
+	progress params.Progress
 }
 
 func (s *Service) checkLocal(local params.Snapshot) error {
@@ -315,7 +358,7 @@ func (s *Service) checkLocal(local params.Snapshot) error {
 //
 // Each side writes only while the other reads, so neither can deadlock on
 // flow control; the responder reads the whole frame before it replies.
-func (s *Service) request(ctx context.Context, p peer.ID, kind RequestKind, local params.Snapshot) (params.Snapshot, error) {
+func (s *Service) request(ctx context.Context, p peer.ID, kind RequestKind, local *Frame) (params.Snapshot, error) {
 	if !s.enter() {
 		return params.Snapshot{}, ErrClosed
 	}
@@ -354,12 +397,12 @@ func (s *Service) request(ctx context.Context, p peer.ID, kind RequestKind, loca
 	return remote, nil
 }
 
-func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, local params.Snapshot) (params.Snapshot, error) {
+func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, local *Frame) (params.Snapshot, error) {
 	q := Request{Kind: kind, Fingerprint: s.cfg.Fingerprint, Elements: uint64(s.cfg.Elements)}
 	want := s.cfg.Elements
 	if kind == KindExchange {
-		want = len(local.Params)
-		q.Elements = uint64(want)
+		q.Elements = local.Header.Elements
+		want = int(q.Elements)
 	}
 	qb := q.Marshal()
 	if err := x.writeAll(qb[:]); err != nil {
@@ -374,7 +417,7 @@ func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, loc
 		return params.Snapshot{}, err
 	}
 	if kind == KindExchange {
-		if err := s.writer(x).WriteFrame(x, local); err != nil {
+		if err := s.writer(x).Send(x, local); err != nil {
 			return params.Snapshot{}, err
 		}
 		if err := st.CloseWrite(); err != nil {
@@ -451,10 +494,17 @@ func (s *Service) handle(st network.Stream) {
 		s.rj.reject(p, err)
 		return
 	}
-	defer s.release(p)
+	held := true
+	release := func() {
+		if held {
+			held = false
+			s.release(p)
+		}
+	}
+	defer release()
 	defer s.protect(p)()
 
-	remote, graceful, err := s.serve(x, st, q, local)
+	remote, graceful, err := s.serve(x, st, q, local, release)
 	if err != nil {
 		if graceful {
 			_ = st.Close()
@@ -479,35 +529,41 @@ func (s *Service) handle(st network.Stream) {
 // snapshot to send. On StatusOK it holds an inbound slot for p that the
 // caller must release. The error, if any, is what the refusal is counted
 // as (nil: not the peer's fault).
-func (s *Service) admit(p peer.ID, q Request) (params.Snapshot, Response, error) {
+func (s *Service) admit(p peer.ID, q Request) (*Frame, Response, error) {
 	if q.Fingerprint != s.cfg.Fingerprint {
-		return params.Snapshot{}, Response{Status: StatusRejected, Reason: ReasonFingerprint},
+		return nil, Response{Status: StatusRejected, Reason: ReasonFingerprint},
 			fmt.Errorf("%w: request for %s", ErrFingerprint, q.Fingerprint.Short())
 	}
 	if q.Elements > uint64(s.cfg.MaxElements) {
-		return params.Snapshot{}, Response{Status: StatusRejected, Reason: ReasonOversize},
+		return nil, Response{Status: StatusRejected, Reason: ReasonOversize},
 			fmt.Errorf("%w: request for %d elements", ErrOversize, q.Elements)
 	}
 	if q.Elements != 0 && s.cfg.Elements != 0 && q.Elements != uint64(s.cfg.Elements) {
-		return params.Snapshot{}, Response{Status: StatusRejected, Reason: ReasonSizeMismatch},
+		return nil, Response{Status: StatusRejected, Reason: ReasonSizeMismatch},
 			fmt.Errorf("%w: request for %d elements, we have %d", ErrSizeMismatch, q.Elements, s.cfg.Elements)
 	}
-	local, ok := s.snapshot()
+	if !s.acquire(p) {
+		return nil, Response{Status: StatusBusy}, fmt.Errorf("%w: %d inbound transfers running", ErrBusy, s.cfg.MaxInbound)
+	}
+	// Encoded before answering, so a snapshot we cannot send (none yet, or
+	// a diverged model) is refused up front instead of cut off mid-frame.
+	var local *Frame
+	snap, ok := s.snapshot()
 	if ok {
-		if err := s.checkLocal(local); err != nil {
-			s.log.Error("snapshot provider returned an unusable snapshot", "err", err)
+		var err error
+		if local, err = s.encode(snap); err != nil {
+			s.log.Error("cannot serve the current snapshot", "err", err)
 			ok = false
 		}
 	}
 	if !ok {
-		return params.Snapshot{}, Response{Status: StatusUnavailable}, nil
+		s.release(p)
+		return nil, Response{Status: StatusUnavailable}, nil
 	}
-	if q.Elements != 0 && q.Elements != uint64(len(local.Params)) {
-		return params.Snapshot{}, Response{Status: StatusRejected, Reason: ReasonSizeMismatch},
-			fmt.Errorf("%w: request for %d elements, we have %d", ErrSizeMismatch, q.Elements, len(local.Params))
-	}
-	if !s.acquire(p) {
-		return params.Snapshot{}, Response{Status: StatusBusy}, fmt.Errorf("%w: %d inbound transfers running", ErrBusy, s.cfg.MaxInbound)
+	if q.Elements != 0 && q.Elements != local.Header.Elements {
+		s.release(p)
+		return nil, Response{Status: StatusRejected, Reason: ReasonSizeMismatch},
+			fmt.Errorf("%w: request for %d elements, we have %d", ErrSizeMismatch, q.Elements, local.Header.Elements)
 	}
 	return local, Response{Status: StatusOK}, nil
 }
@@ -515,12 +571,17 @@ func (s *Service) admit(p peer.ID, q Request) (params.Snapshot, Response, error)
 // serve runs the responder's side after admission. graceful reports that
 // the peer has been told why its frame was refused, so the stream should
 // be closed rather than reset (a reset could discard that answer).
-func (s *Service) serve(x *streamIO, st network.Stream, q Request, local params.Snapshot) (remote params.Snapshot, graceful bool, err error) {
+//
+// release frees the inbound slot; serve calls it after the last payload
+// byte and before the end of stream, so the peer cannot see the end of
+// one transfer and start its next before the slot is free again (which
+// would make it look busy to itself).
+func (s *Service) serve(x *streamIO, st network.Stream, q Request, local *Frame, release func()) (remote params.Snapshot, graceful bool, err error) {
 	if q.Kind == KindExchange {
 		if err := x.respond(Response{Status: StatusOK}); err != nil {
 			return params.Snapshot{}, false, err
 		}
-		remote, err = s.reader(x, len(local.Params)).ReadFrame(x)
+		remote, err = s.reader(x, int(local.Header.Elements)).ReadFrame(x)
 		if err != nil {
 			// A frame that arrived whole but is bad gets an answer: the
 			// peer has finished writing and waits for one. Anything else
@@ -538,9 +599,10 @@ func (s *Service) serve(x *streamIO, st network.Stream, q Request, local params.
 	if err := x.respond(Response{Status: StatusOK}); err != nil {
 		return params.Snapshot{}, false, err
 	}
-	if err := s.writer(x).WriteFrame(x, local); err != nil {
+	if err := s.writer(x).Send(x, local); err != nil {
 		return params.Snapshot{}, false, err
 	}
+	release()
 	if err := st.CloseWrite(); err != nil {
 		return params.Snapshot{}, false, fmt.Errorf("close write: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,6 +164,62 @@ func TestUnavailableAndClosed(t *testing.T) {
 	bad.Fingerprint[0] ^= 1
 	if _, err := a.svc.Exchange(t.Context(), h.ID(), bad); !errors.Is(err, ErrBadSnapshot) {
 		t.Fatalf("exchange of a foreign snapshot: %v", err)
+	}
+}
+
+// The service re-encodes when the node hands it another snapshot, even one
+// that reuses the same vector with new metadata.
+func TestServedSnapshotFollowsProvider(t *testing.T) {
+	checkLeaks(t)
+	a := newNode(t, "tcp", testConfig(testN), 1)
+	h := newHost(t, "tcp", testConfig(testN))
+	var cur atomic.Pointer[params.Snapshot]
+	svc, err := NewService(h, testConfig(testN), func() (params.Snapshot, bool) { return *cur.Load(), true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Close() })
+	connect(t, a.h, h)
+	s1 := testSnapshot(testN, 7)
+	s2 := s1
+	s2.Step, s2.Progress = s1.Step+1, s1.Progress+32
+	s3 := testSnapshot(testN, 8)
+	for i, s := range []params.Snapshot{s1, s1, s2, s3, s1} {
+		cur.Store(&s)
+		got, err := a.svc.Pull(t.Context(), h.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Step != s.Step || got.Progress != s.Progress || got.Params[0] != s.Params[0] {
+			t.Fatalf("pull %d served step %d progress %v, want step %d progress %v", i, got.Step, got.Progress, s.Step, s.Progress)
+		}
+	}
+}
+
+// A diverged model (NaN) is neither served nor sent, and refusing to
+// serve it is not held against anyone.
+func TestDivergedModelNotSent(t *testing.T) {
+	checkLeaks(t)
+	a := newNode(t, "tcp", testConfig(testN), 1)
+	b := newNode(t, "tcp", testConfig(testN), 2)
+	b.snap = b.snap.Clone()
+	b.snap.Params[17] = float32(math.Inf(1))
+	connect(t, a.h, b.h)
+	if _, err := a.svc.Pull(t.Context(), b.h.ID()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("pull of a diverged model: %v", err)
+	}
+	if _, err := b.svc.Exchange(t.Context(), a.h.ID(), b.snap); !errors.Is(err, ErrBadSnapshot) {
+		t.Fatalf("exchange of a diverged model: %v", err)
+	}
+	for _, n := range []*node{a, b} {
+		for r, c := range n.svc.Stats().Rejected {
+			if c != 0 {
+				t.Errorf("counted %d as %v", c, r)
+			}
+		}
+	}
+	if st := b.svc.Stats(); st.BytesSent > ResponseSize {
+		t.Errorf("the diverged node sent %d bytes", st.BytesSent)
 	}
 }
 
