@@ -45,6 +45,7 @@ func commands() map[string]command {
 		"export":      {"write a checkpoint as safetensors", runExport},
 		"id":          {"print this node's peer ID (creating the key if needed)", runID},
 		"version":     {"print the version", runVersion},
+		"testnet":     {"run a local swarm of nodes on 127.0.0.1 (up, down)", runTestnet},
 	}
 }
 
