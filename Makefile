@@ -6,7 +6,10 @@ LDFLAGS     := -s -w -X github.com/meshtrain/meshtrain/node.version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 10s
 
-.PHONY: all build test test-unit test-e2e check fmt vet tidy staticcheck bench fuzz clean
+COMPOSE     ?= docker-compose
+COMPOSE_FILE := testnet/docker-compose.yml
+
+.PHONY: all build image testnet testnet-down test test-unit test-e2e check fmt vet tidy staticcheck bench fuzz clean
 
 all: build
 
@@ -14,6 +17,20 @@ all: build
 # FROM scratch image (MNIST is embedded).
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/meshtrain
+
+# The node image: FROM scratch around the static binary (no registry needed).
+image: build
+	docker build -q -f testnet/Dockerfile -t meshtrain:local .
+
+# A heterogeneous 4-node swarm in docker-compose; dashboards on
+# http://127.0.0.1:8081 ... 8084.
+testnet: image
+	$(COMPOSE) -f $(COMPOSE_FILE) -p meshtrain up -d
+	@echo "dashboards: http://127.0.0.1:8081 http://127.0.0.1:8082 http://127.0.0.1:8083 http://127.0.0.1:8084"
+	@echo "status:     bin/meshtrain status --api 127.0.0.1:8081; stop with: make testnet-down"
+
+testnet-down:
+	$(COMPOSE) -f $(COMPOSE_FILE) -p meshtrain down -v
 
 # Tier 1: every package's unit tests under the race detector (synthetic data,
 # seconds). Tier 2: end-to-end runs of the real binary on MNIST, without -race,
