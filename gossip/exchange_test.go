@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 
 	"github.com/meshtrain/meshtrain/params"
 )
@@ -618,4 +619,27 @@ func (c *countingLimiter) total() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.n
+}
+
+func TestProtocolLimits(t *testing.T) {
+	cfg := testConfig(testN)
+	limits := rcmgr.DefaultLimits
+	ProtocolLimits(&limits, cfg)
+	want := 2 * (cfg.MaxPending + cfg.MaxInbound)
+	if got := limits.ProtocolLimits[ProtocolID].BaseLimit.StreamsInbound; got != want {
+		t.Errorf("protocol inbound streams %d, want %d", got, want)
+	}
+	if got := limits.ServiceLimits[ServiceName].BaseLimit.StreamsInbound; got != want {
+		t.Errorf("service inbound streams %d, want %d", got, want)
+	}
+	if got := limits.ProtocolPeerLimits[ProtocolID].BaseLimit.StreamsInbound; got < 1 || got >= want {
+		t.Errorf("per-peer inbound streams %d", got)
+	}
+	if limits.ConnBaseLimit.Memory < 64<<20 || limits.PeerBaseLimit.Memory < 128<<20 {
+		t.Errorf("connection memory %d, peer memory %d", limits.ConnBaseLimit.Memory, limits.PeerBaseLimit.Memory)
+	}
+	// The defaults it started from are untouched.
+	if rcmgr.DefaultLimits.ConnBaseLimit.Memory != 32<<20 {
+		t.Error("ProtocolLimits changed rcmgr.DefaultLimits")
+	}
 }

@@ -23,12 +23,15 @@ import (
 // bounded by MaxInbound x MaxElements x 4 bytes, not reserved here: the
 // resource manager's scopes are sized for protocol buffers and would
 // refuse a model-sized reservation. What the resource manager does govern
-// is the yamux receive window, reserved from the connection scope: it
-// grows to 16 MiB only if the connection and peer scopes can grant it,
-// otherwise a transfer silently runs at 256 KiB windows. ProtocolLimits
-// therefore raises the connection and peer memory bases (to 64 and 128
-// MiB) if they are lower, which touches every protocol's connections, not
-// only ours.
+// is the yamux receive window, reserved from the connection scope (at a
+// priority that may use about half of it): a window grows from 256 KiB to
+// 16 MiB only while the connection and peer scopes can grant it, otherwise
+// the transfer silently runs with small windows. The default 32 MiB per
+// connection leaves room for one such window; two peers exchanging with
+// each other at the same time run two transfers on one connection.
+// ProtocolLimits therefore raises the connection and peer memory bases to
+// 64 and 128 MiB if they are lower, which touches every protocol's
+// connections, not only ours.
 func ProtocolLimits(l *rcmgr.ScalingLimitConfig, c Config) {
 	in := 2 * (c.MaxPending + c.MaxInbound)
 	const perPeer = 4
