@@ -1,0 +1,150 @@
+package api
+
+import (
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sort"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// collector reads the Source at scrape time, so /metrics is never older
+// than the scrape and the node keeps no Prometheus state of its own.
+// Counters come from the node's monotonic counters; a process restart
+// resets them, which rate() handles.
+type collector struct {
+	src Source
+	log *slog.Logger
+
+	steps, samples, merges, catchUps, exchFailed, timeouts, inDropped            *prometheus.Desc
+	rejected, bytesSent, bytesReceived, exchanges, refused, announces            *prometheus.Desc
+	peers, loss, accuracy, samplesPerSec, busyFraction, busySeconds, networkWait *prometheus.Desc
+	progress, epoch, uptime, ckptStep, ckptTime, mergeStaleness, mergeWeight     *prometheus.Desc
+	buildInfo, nodeInfo                                                          *prometheus.Desc
+}
+
+func newCollector(src Source, log *slog.Logger) *collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("meshtrain_"+name, help, labels, nil)
+	}
+	return &collector{
+		src: src, log: log,
+		steps:          d("steps_total", "Local optimizer steps taken (restored from the checkpoint on resume)."),
+		samples:        d("samples_total", "Training samples processed by local steps."),
+		merges:         d("merges_total", "Merges of a peer's model into this one, both directions."),
+		catchUps:       d("catch_ups_total", "Times this node replaced its model with a far-ahead peer's."),
+		exchFailed:     d("exchanges_failed_total", "Exchanges this node started that failed."),
+		timeouts:       d("exchange_timeouts_total", "Exchanges this node started that timed out."),
+		inDropped:      d("inbound_dropped_total", "Models received from peers dropped because the merge queue was full."),
+		rejected:       d("rejected_inputs_total", "Inputs from peers refused, by reason.", "reason"),
+		bytesSent:      d("bytes_sent_total", "Bytes sent on parameter-exchange streams, headers included."),
+		bytesReceived:  d("bytes_received_total", "Bytes received on parameter-exchange streams, headers included."),
+		exchanges:      d("exchanges_total", "Completed parameter transfers by kind (exchange or pull) and direction (outbound: this node asked; inbound: a peer asked).", "kind", "direction"),
+		refused:        d("refused_by_peer_total", "Requests of this node that a peer refused (busy, unavailable or rejected)."),
+		announces:      d("announcements_total", "Announcements published (sent) and accepted from peers (received).", "direction"),
+		peers:          d("peers", "Fresh peers training the same model in a merging mode."),
+		loss:           d("loss", "Training loss (moving average over recent steps)."),
+		accuracy:       d("test_accuracy", "Accuracy of the latest evaluated snapshot on the test set, as a ratio in [0,1]."),
+		samplesPerSec:  d("samples_per_second", "Training throughput in samples per second."),
+		busyFraction:   d("busy_fraction", "Share of wall time the trainer spent stepping, in [0,1]."),
+		busySeconds:    d("busy_seconds_total", "Wall time the trainer spent stepping."),
+		networkWait:    d("network_wait_seconds_total", "Wall time the trainer loop waited on the network."),
+		progress:       d("progress_samples", "Progress of the model: the training samples it embodies (falls when a merge mixes in an older model)."),
+		epoch:          d("epoch", "Current pass over the local shard."),
+		uptime:         d("uptime_seconds", "Wall time since the node started."),
+		ckptStep:       d("checkpoint_step", "Step of the latest checkpoint written by this process."),
+		ckptTime:       d("checkpoint_timestamp_seconds", "Unix time of the latest checkpoint written by this process."),
+		mergeStaleness: d("last_merge_staleness_steps", "Staleness of the model in the latest merge, in this node's steps."),
+		mergeWeight:    d("last_merge_weight", "Weight given to the remote model in the latest merge."),
+		buildInfo:      d("build_info", "Always 1; labels name the build.", "version", "goversion"),
+		nodeInfo:       d("node_info", "Always 1; labels name the node and what it trains.", "peer_id", "network", "mode", "profile", "fingerprint"),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.steps, c.samples, c.merges, c.catchUps, c.exchFailed, c.timeouts, c.inDropped,
+		c.rejected, c.bytesSent, c.bytesReceived, c.exchanges, c.refused, c.announces,
+		c.peers, c.loss, c.accuracy, c.samplesPerSec, c.busyFraction, c.busySeconds, c.networkWait,
+		c.progress, c.epoch, c.uptime, c.ckptStep, c.ckptTime, c.mergeStaleness, c.mergeWeight,
+		c.buildInfo, c.nodeInfo,
+	} {
+		ch <- d
+	}
+}
+
+// Collect runs on a registry goroutine, outside the HTTP handler's recover:
+// a panic here would end the process, so it is caught and reported as an
+// invalid metric (the scrape then fails with 500 and the node lives on).
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.log.Error("metrics collection panicked", "panic", fmt.Sprint(v))
+			ch <- prometheus.NewInvalidMetric(c.steps, fmt.Errorf("api: collecting status panicked: %v", v))
+		}
+	}()
+	st := c.src.Status()
+	emit := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+		m, err := prometheus.NewConstMetric(d, t, v, labels...)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(d, err)
+		}
+		ch <- m
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) { emit(d, prometheus.CounterValue, v, labels...) }
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) { emit(d, prometheus.GaugeValue, v, labels...) }
+
+	counter(c.steps, float64(st.Step))
+	if sc, ok := c.src.(SampleCounter); ok {
+		counter(c.samples, float64(sc.SamplesTotal()))
+	}
+	counter(c.merges, float64(st.Merges))
+	counter(c.catchUps, float64(st.CatchUps))
+	counter(c.exchFailed, float64(st.ExchangesFailed))
+	counter(c.timeouts, float64(st.ExchangeTimeouts))
+	counter(c.inDropped, float64(st.InboundDropped))
+	reasons := make([]string, 0, len(st.Gossip.Rejected))
+	byName := make(map[string]uint64, len(st.Gossip.Rejected))
+	for r, n := range st.Gossip.Rejected {
+		reasons = append(reasons, r.String())
+		byName[r.String()] = n
+	}
+	sort.Strings(reasons)
+	for _, r := range reasons {
+		counter(c.rejected, float64(byName[r]), r)
+	}
+	g := st.Gossip
+	counter(c.bytesSent, float64(g.BytesSent))
+	counter(c.bytesReceived, float64(g.BytesReceived))
+	counter(c.exchanges, float64(g.ExchangesDone), "exchange", "outbound")
+	counter(c.exchanges, float64(g.ExchangesServed), "exchange", "inbound")
+	counter(c.exchanges, float64(g.PullsDone), "pull", "outbound")
+	counter(c.exchanges, float64(g.PullsServed), "pull", "inbound")
+	counter(c.refused, float64(g.RefusedByPeer))
+	counter(c.announces, float64(g.AnnouncesSent), "sent")
+	counter(c.announces, float64(g.AnnouncesSeen), "received")
+
+	gauge(c.peers, float64(st.Peers))
+	gauge(c.loss, st.Loss)
+	gauge(c.accuracy, st.TestAccuracy)
+	gauge(c.samplesPerSec, st.SamplesPerSec)
+	gauge(c.busyFraction, st.BusyFraction)
+	counter(c.busySeconds, st.BusyS)
+	counter(c.networkWait, st.NetworkWaitS)
+	gauge(c.progress, st.Progress)
+	gauge(c.epoch, float64(st.Epoch))
+	gauge(c.uptime, st.UptimeS)
+	// No checkpoint or merge yet: the series are absent rather than a
+	// made-up zero.
+	if ck := st.LastCheckpoint; ck != nil {
+		gauge(c.ckptStep, float64(ck.Step))
+		gauge(c.ckptTime, float64(ck.Created.UnixNano())/1e9)
+	}
+	if m := st.LastMerge; m != nil {
+		gauge(c.mergeStaleness, m.Staleness)
+		gauge(c.mergeWeight, m.Weight)
+	}
+	gauge(c.buildInfo, 1, st.Version, runtime.Version())
+	gauge(c.nodeInfo, 1, st.PeerID, st.Network, st.Mode, st.Profile, st.Fingerprint)
+}
