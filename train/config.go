@@ -69,7 +69,7 @@ func DefaultConfig() Config {
 		LR:               0.1,
 		Momentum:         0.9,
 		WeightDecay:      5e-4,
-		Schedule:         "cosine:warmup=6400",
+		Schedule:         "cosine:warmup=4%",
 		Seed:             1,
 		Shard:            "all",
 		Network:          "main",

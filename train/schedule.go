@@ -22,11 +22,15 @@ type Schedule struct {
 	// Total is the progress, in samples, at which cosine decay reaches zero.
 	// 0 lets the trainer use epochs × shard size.
 	Total float64
+	// WarmupFrac, when > 0, sets Warmup to this fraction of Total once the
+	// total is known ("warmup=4%"), so one schedule fits any dataset size.
+	WarmupFrac float64
 }
 
 // ParseSchedule reads KIND[:key=value,...] with KIND "const" or "cosine"
 // and keys warmup and total, both in samples: "const", "cosine",
-// "cosine:warmup=3200", "cosine:warmup=3200,total=180000".
+// "cosine:warmup=3200", "cosine:warmup=3200,total=180000". A warmup ending
+// in % is a share of the total: "cosine:warmup=4%".
 func ParseSchedule(s string) (Schedule, error) {
 	kind, opts, hasOpts := strings.Cut(s, ":")
 	if kind != "const" && kind != "cosine" {
@@ -41,6 +45,14 @@ func ParseSchedule(s string) (Schedule, error) {
 				return Schedule{}, fmt.Errorf("%w: %q: option %q is not key=value or repeats a key", ErrBadSchedule, s, kv)
 			}
 			seen[k] = true
+			if pct, isPct := strings.CutSuffix(v, "%"); isPct && k == "warmup" {
+				f, err := strconv.ParseFloat(pct, 64)
+				if err != nil || !(f > 0 && f < 100) {
+					return Schedule{}, fmt.Errorf("%w: %q: warmup=%q must be a percentage in (0,100)", ErrBadSchedule, s, v)
+				}
+				sc.WarmupFrac = f / 100
+				continue
+			}
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || f < 0 || f > 1e15 || math.IsNaN(f) {
 				return Schedule{}, fmt.Errorf("%w: %q: %s=%q must be a number of samples >= 0", ErrBadSchedule, s, k, v)
@@ -77,7 +89,9 @@ func (s Schedule) Validate() error {
 // String is the form ParseSchedule reads.
 func (s Schedule) String() string {
 	var opts []string
-	if s.Warmup > 0 {
+	if s.WarmupFrac > 0 {
+		opts = append(opts, "warmup="+strconv.FormatFloat(100*s.WarmupFrac, 'g', -1, 64)+"%")
+	} else if s.Warmup > 0 {
 		opts = append(opts, "warmup="+strconv.FormatFloat(s.Warmup, 'g', -1, 64))
 	}
 	if s.Total > 0 {
@@ -87,6 +101,24 @@ func (s Schedule) String() string {
 		return s.Kind
 	}
 	return s.Kind + ":" + strings.Join(opts, ",")
+}
+
+// Resolve fills Total (if zero) with total and turns WarmupFrac into
+// samples. It fails when the warmup would not end before the total.
+func (s Schedule) Resolve(total float64) (Schedule, error) {
+	if s.Total == 0 {
+		s.Total = total
+	}
+	if s.WarmupFrac > 0 {
+		if s.Total <= 0 {
+			return s, fmt.Errorf("%w: warmup=%v%% needs a total (epochs > 0 or total=N)", ErrBadSchedule, 100*s.WarmupFrac)
+		}
+		s.Warmup = s.WarmupFrac * s.Total
+	}
+	if s.Kind == "cosine" && s.Total <= s.Warmup {
+		return s, fmt.Errorf("%w: warmup %v reaches past the total of %v samples", ErrBadSchedule, s.Warmup, s.Total)
+	}
+	return s, nil
 }
 
 // Factor is the multiplier of the base learning rate at progress p. The

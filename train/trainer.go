@@ -119,12 +119,8 @@ func newTrainer(cfg Config, data *Dataset, clk clock) (*Trainer, error) {
 		return nil, err
 	}
 	sched, _ := ParseSchedule(cfg.Schedule)
-	if sched.Kind == "cosine" && sched.Total == 0 {
-		sched.Total = float64(cfg.Epochs) * float64(len(idx))
-		if sched.Total <= sched.Warmup {
-			return nil, fmt.Errorf("%w: schedule %q: warmup reaches past the %v samples of %d epochs on this shard",
-				ErrBadConfig, cfg.Schedule, sched.Total, cfg.Epochs)
-		}
+	if sched, err = sched.Resolve(float64(cfg.Epochs) * float64(len(idx))); err != nil {
+		return nil, fmt.Errorf("%w: schedule %q with %d epochs of %d samples: %w", ErrBadConfig, cfg.Schedule, cfg.Epochs, len(idx), err)
 	}
 	log := cfg.Logger
 	if log == nil {
