@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -291,6 +292,10 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Yield between steps: with --threads 1 the trainer would otherwise
+		// hold the only P until preempted, and every network round trip of
+		// an exchange would wait for that (about 10 ms each).
+		runtime.Gosched()
 		if seen++; seen == 1 {
 			lossEMA = stats.Loss
 		} else {
