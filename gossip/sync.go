@@ -1,0 +1,1412 @@
+package gossip
+
+// The synchronous all-reduce, /meshtrain/sync/1.0.0: the baseline that steps
+// at the speed of the slowest member (DDP semantics), on the same hosts, wire
+// codec and limits as the parameter exchange so the two can be compared
+// honestly.
+//
+// A group of members holds one model. Each round every member takes one
+// local optimizer step from that model on its own batch and sends the result
+// (parameters and momentum) to the round's leader; the leader averages all
+// of them and answers every member with the average, which each applies.
+// With SGD + momentum + weight decay the update is linear in the gradient,
+// so averaging (w, m) after identical starts is exactly one step on the mean
+// gradient (docs/protocol.md, "Sync mode").
+//
+// This file is the protocol: the request and answer headers, the member
+// list, and the SyncService that plays the leader's side (collect, average,
+// answer) and the member's (contribute, join, probe). Which peer leads, when
+// to join and how to merge groups is the node's policy (node/sync.go); the
+// service only enforces what keeps members in lockstep: one round at a time,
+// numbered, each member once.
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+
+	"github.com/meshtrain/meshtrain/averaging"
+	"github.com/meshtrain/meshtrain/params"
+)
+
+// SyncProtocolID is the synchronous all-reduce protocol.
+const SyncProtocolID protocol.ID = "/meshtrain/sync/1.0.0"
+
+// SyncServiceName is the resource-manager service sync streams are
+// attributed to.
+const SyncServiceName = "meshtrain.sync"
+
+// Sync wire sizes and limits.
+const (
+	// SyncRequestSize is the fixed size of a sync request header.
+	SyncRequestSize = 64
+	// SyncAnswerSize is the fixed size of a sync answer header.
+	SyncAnswerSize = 32
+	// MaxSyncMembers bounds a group: the member list of an answer must fit
+	// its 16-bit byte count even with the longest peer IDs.
+	MaxSyncMembers = 1000
+	// maxPeerIDSize bounds one encoded peer ID; real ones are 34 to 46 bytes.
+	maxPeerIDSize = 64
+)
+
+var (
+	syncRequestMagic = [4]byte{'M', 'T', 'S', 'Q'}
+	syncAnswerMagic  = [4]byte{'M', 'T', 'S', 'A'}
+)
+
+// ErrNotLeading: Reduce was called for a round this service does not
+// collect (it follows another leader, leads another round, or the round was
+// given up).
+var ErrNotLeading = errors.New("gossip: not leading this sync round")
+
+// SyncKind says what a sync request asks for.
+type SyncKind uint8
+
+// Sync request kinds.
+const (
+	// SyncContribute sends the member's model after its local step of a
+	// round and waits for the round's average.
+	SyncContribute SyncKind = 1
+	// SyncJoin asks the leader for the group's model at the last round
+	// boundary; the leader then expects the joiner in the next round.
+	SyncJoin SyncKind = 2
+	// SyncProbe asks who leads the responder's group and how far its model
+	// has come, without joining.
+	SyncProbe SyncKind = 3
+)
+
+func (k SyncKind) String() string {
+	switch k {
+	case SyncContribute:
+		return "contribute"
+	case SyncJoin:
+		return "join"
+	case SyncProbe:
+		return "probe"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// SyncRequest is the first thing a member writes on a sync stream.
+type SyncRequest struct {
+	Kind        SyncKind
+	Fingerprint params.Fingerprint
+	// Elements is the parameter count the member trains (0 if unknown).
+	Elements uint64
+	// Round is the round a contribution belongs to (>= 1); 0 for join and
+	// probe.
+	Round int64
+}
+
+// Marshal encodes the request as it goes on the wire.
+func (q SyncRequest) Marshal() [SyncRequestSize]byte {
+	var b [SyncRequestSize]byte
+	copy(b[0:4], syncRequestMagic[:])
+	b[4] = WireVersion
+	b[5] = byte(q.Kind)
+	copy(b[8:40], q.Fingerprint[:])
+	binary.LittleEndian.PutUint64(b[40:48], q.Elements)
+	binary.LittleEndian.PutUint64(b[48:56], uint64(q.Round))
+	return b
+}
+
+// ParseSyncRequest decodes and checks a sync request header.
+func ParseSyncRequest(b []byte) (SyncRequest, error) {
+	if len(b) < SyncRequestSize {
+		return SyncRequest{}, fmt.Errorf("%w: sync request of %d bytes", ErrShortRead, len(b))
+	}
+	if [4]byte(b[0:4]) != syncRequestMagic {
+		return SyncRequest{}, fmt.Errorf("%w: sync request starts %q", ErrBadMagic, b[0:4])
+	}
+	if b[4] != WireVersion {
+		return SyncRequest{}, fmt.Errorf("%w: sync request version %d", ErrBadVersion, b[4])
+	}
+	q := SyncRequest{Kind: SyncKind(b[5]), Elements: binary.LittleEndian.Uint64(b[40:48])}
+	copy(q.Fingerprint[:], b[8:40])
+	round := binary.LittleEndian.Uint64(b[48:56])
+	switch {
+	case q.Kind < SyncContribute || q.Kind > SyncProbe:
+		return q, fmt.Errorf("%w: sync request kind %d", ErrProtocol, b[5])
+	case b[6] != 0 || b[7] != 0 || binary.LittleEndian.Uint64(b[56:64]) != 0:
+		return q, fmt.Errorf("%w: reserved sync request bytes set", ErrProtocol)
+	case round > math.MaxInt64:
+		return q, fmt.Errorf("%w: sync round %d", ErrProtocol, round)
+	}
+	q.Round = int64(round)
+	if (q.Kind == SyncContribute) != (q.Round > 0) {
+		return q, fmt.Errorf("%w: %s request for round %d", ErrProtocol, q.Kind, q.Round)
+	}
+	return q, nil
+}
+
+// SyncCode is a sync answer's verdict.
+type SyncCode uint8
+
+// Sync answer codes.
+const (
+	// SyncOK: to a contribution's request, "send yours"; after the
+	// contribution, the round's average follows; to a join, the group's
+	// model follows; to a probe, the group's round and progress.
+	SyncOK SyncCode = 0
+	// SyncBusy: at capacity, or the round is being averaged; ask again soon.
+	SyncBusy SyncCode = 1
+	// SyncUnsynced: the responder belongs to no group.
+	SyncUnsynced SyncCode = 2
+	// SyncNotLeader: the responder does not lead; the member list holds
+	// the leader it follows, if it knows one.
+	SyncNotLeader SyncCode = 3
+	// SyncStale: the contribution's round is closed (the member was late or
+	// dropped); Round is the leader's last completed round. Join again.
+	SyncStale SyncCode = 4
+	// SyncAhead: the contribution is for a round past the one collected;
+	// the member holds another group's model. Join again.
+	SyncAhead SyncCode = 5
+	// SyncDuplicate: the leader already holds a contribution or a stream
+	// from this peer for this round.
+	SyncDuplicate SyncCode = 6
+	// SyncRejected: refused; Reason says why.
+	SyncRejected SyncCode = 7
+)
+
+var syncCodeNames = [...]string{"ok", "busy", "unsynced", "not_leader", "stale", "ahead", "duplicate", "rejected"}
+
+func (c SyncCode) String() string {
+	if int(c) < len(syncCodeNames) {
+		return syncCodeNames[c]
+	}
+	return fmt.Sprintf("code(%d)", uint8(c))
+}
+
+// SyncAnswer is the fixed-size header of every sync answer. A member list
+// of MemberCount peer IDs (MembersSize bytes) follows it, then, for a model
+// (a round's average or a join), two parameter frames: parameters, then
+// momentum.
+type SyncAnswer struct {
+	Code SyncCode
+	// Reason is set with SyncRejected.
+	Reason Reason
+	// Round: the round completed (a result), the round a joiner's model
+	// ends (a join or probe), the contribution's round ("send yours"), or
+	// the leader's last completed round (stale, ahead).
+	Round int64
+	// Progress of the model that follows or that a probe describes.
+	Progress params.Progress
+	// MemberCount and MembersSize describe the member list that follows.
+	MemberCount int
+	MembersSize int
+}
+
+// Marshal encodes the answer header as it goes on the wire.
+func (a SyncAnswer) Marshal() [SyncAnswerSize]byte {
+	var b [SyncAnswerSize]byte
+	copy(b[0:4], syncAnswerMagic[:])
+	b[4] = WireVersion
+	b[5] = byte(a.Code)
+	b[6] = byte(a.Reason)
+	binary.LittleEndian.PutUint64(b[8:16], uint64(a.Round))
+	binary.LittleEndian.PutUint64(b[16:24], math.Float64bits(float64(a.Progress)))
+	binary.LittleEndian.PutUint16(b[24:26], uint16(a.MemberCount))
+	binary.LittleEndian.PutUint16(b[26:28], uint16(a.MembersSize))
+	return b
+}
+
+// ParseSyncAnswer decodes and checks a sync answer header on its own terms;
+// what a member list must hold for a given request is checked by the caller.
+func ParseSyncAnswer(b []byte) (SyncAnswer, error) {
+	if len(b) < SyncAnswerSize {
+		return SyncAnswer{}, fmt.Errorf("%w: sync answer of %d bytes", ErrShortRead, len(b))
+	}
+	if [4]byte(b[0:4]) != syncAnswerMagic {
+		return SyncAnswer{}, fmt.Errorf("%w: sync answer starts %q", ErrBadMagic, b[0:4])
+	}
+	if b[4] != WireVersion {
+		return SyncAnswer{}, fmt.Errorf("%w: sync answer version %d", ErrBadVersion, b[4])
+	}
+	round := binary.LittleEndian.Uint64(b[8:16])
+	a := SyncAnswer{
+		Code:        SyncCode(b[5]),
+		Reason:      Reason(b[6]),
+		Round:       int64(round),
+		Progress:    params.Progress(math.Float64frombits(binary.LittleEndian.Uint64(b[16:24]))),
+		MemberCount: int(binary.LittleEndian.Uint16(b[24:26])),
+		MembersSize: int(binary.LittleEndian.Uint16(b[26:28])),
+	}
+	pf := float64(a.Progress)
+	switch {
+	case a.Code > SyncRejected:
+		return a, fmt.Errorf("%w: sync answer code %d", ErrProtocol, b[5])
+	case (a.Code == SyncRejected) != (a.Reason != ReasonNone):
+		return a, fmt.Errorf("%w: sync answer %s with reason %d", ErrProtocol, a.Code, b[6])
+	case b[7] != 0 || binary.LittleEndian.Uint32(b[28:32]) != 0:
+		return a, fmt.Errorf("%w: reserved sync answer bytes set", ErrProtocol)
+	case round > math.MaxInt64:
+		return a, fmt.Errorf("%w: sync round %d", ErrProtocol, round)
+	case math.IsNaN(pf) || math.IsInf(pf, 0):
+		return a, fmt.Errorf("%w: sync progress %v", ErrNonFinite, pf)
+	case pf < 0:
+		return a, fmt.Errorf("%w: negative sync progress %v", ErrProtocol, pf)
+	case a.MemberCount > MaxSyncMembers:
+		return a, fmt.Errorf("%w: %d members, limit %d", ErrOversize, a.MemberCount, MaxSyncMembers)
+	case a.MembersSize < 2*a.MemberCount || a.MembersSize > a.MemberCount*(1+maxPeerIDSize):
+		return a, fmt.Errorf("%w: %d members in %d bytes", ErrProtocol, a.MemberCount, a.MembersSize)
+	case a.MemberCount > 1 && a.Code != SyncOK, a.MemberCount == 1 && a.Code != SyncOK && a.Code != SyncNotLeader:
+		return a, fmt.Errorf("%w: sync answer %s with %d members", ErrProtocol, a.Code, a.MemberCount)
+	}
+	return a, nil
+}
+
+// AppendMembers appends the wire form of a member list: per peer, one
+// length byte and the peer ID's bytes.
+func AppendMembers(b []byte, ms []peer.ID) []byte {
+	for _, p := range ms {
+		b = append(b, byte(len(p)))
+		b = append(b, p...)
+	}
+	return b
+}
+
+// ParseMembers decodes a member list of count peers. Peer IDs must be valid
+// multihashes in strictly ascending order (so a list has no duplicates and
+// one encoding), each at most 64 bytes.
+func ParseMembers(b []byte, count int) ([]peer.ID, error) {
+	if count > MaxSyncMembers {
+		return nil, fmt.Errorf("%w: %d members, limit %d", ErrOversize, count, MaxSyncMembers)
+	}
+	out := make([]peer.ID, 0, count)
+	for len(out) < count {
+		if len(b) == 0 {
+			return nil, fmt.Errorf("%w: member list ends after %d of %d peers", ErrProtocol, len(out), count)
+		}
+		n := int(b[0])
+		if n == 0 || n > maxPeerIDSize || n > len(b)-1 {
+			return nil, fmt.Errorf("%w: member %d of %d bytes", ErrProtocol, len(out), n)
+		}
+		p, err := peer.IDFromBytes(b[1 : 1+n])
+		if err != nil {
+			return nil, fmt.Errorf("%w: member %d: %v", ErrProtocol, len(out), err)
+		}
+		if k := len(out); k > 0 && out[k-1] >= p {
+			return nil, fmt.Errorf("%w: member list not strictly ascending at %d", ErrProtocol, k)
+		}
+		out = append(out, p)
+		b = b[1+n:]
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the member list", ErrProtocol, len(b))
+	}
+	return out, nil
+}
+
+// SyncConfig tunes a SyncService. Durations are wall-clock.
+type SyncConfig struct {
+	// Fingerprint of the model the group trains. Required.
+	Fingerprint params.Fingerprint
+	// Elements is the exact parameter count, or 0 if not known (then a
+	// round's contributions must match the group's model).
+	Elements int
+	// MaxElements caps any frame we read, in elements. Default 1<<26.
+	MaxElements int
+	// ChunkSize is the payload unit we send, in bytes. Default 1 MiB.
+	ChunkSize int
+	// ChunkTimeout is how long a peer may take to move one header or chunk.
+	// Default 10s.
+	ChunkTimeout time.Duration
+	// Timeout is how long a leader holds a round open for members that have
+	// not contributed, counted from when the round opened (extended for a
+	// member that joins during it); those still missing are dropped from
+	// the group. A member waits up to twice this for the leader's answer
+	// before it gives the leader up. It must exceed the slowest member's
+	// step time. Default 10s.
+	Timeout time.Duration
+	// MaxMembers caps a group: contributions beyond it are answered busy.
+	// The leader holds up to MaxMembers x 2 x Elements x 4 bytes per round.
+	// Default 64, at most MaxSyncMembers.
+	MaxMembers int
+	// MaxJoins is how many joins are served at once (each sends the whole
+	// model). Default 2.
+	MaxJoins int
+	// MaxPending is how many inbound streams may wait for their request
+	// header; more are reset and counted busy. Default 16.
+	MaxPending int
+	// MaxProgressDelta is the most progress one member may add in a round
+	// (its batch size). Default 65536.
+	MaxProgressDelta float64
+	// OnReject, Counters and Logger as in Config.
+	OnReject RejectFunc
+	Counters *Counters
+	Logger   *slog.Logger
+}
+
+// DefaultSyncConfig returns the defaults documented on SyncConfig; the
+// caller sets Fingerprint and usually Elements.
+func DefaultSyncConfig() SyncConfig {
+	return SyncConfig{
+		MaxElements:      1 << 26,
+		ChunkSize:        DefaultChunkSize,
+		ChunkTimeout:     10 * time.Second,
+		Timeout:          10 * time.Second,
+		MaxMembers:       64,
+		MaxJoins:         2,
+		MaxPending:       16,
+		MaxProgressDelta: 1 << 16,
+	}
+}
+
+// Validate reports every bad field at once.
+func (c SyncConfig) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrBadConfig}, a...)...))
+	}
+	if c.Fingerprint.IsZero() {
+		bad("Fingerprint is required")
+	}
+	if c.MaxElements <= 0 || c.MaxElements > params.MaxElements {
+		bad("MaxElements %d not in [1, %d]", c.MaxElements, params.MaxElements)
+	}
+	if c.Elements < 0 || c.Elements > c.MaxElements {
+		bad("Elements %d not in [0, MaxElements=%d]", c.Elements, c.MaxElements)
+	}
+	if !validChunkSize(int64(c.ChunkSize)) {
+		bad("ChunkSize %d not a multiple of 4 in [%d, %d]", c.ChunkSize, MinChunkSize, MaxChunkSize)
+	}
+	if c.ChunkTimeout <= 0 {
+		bad("ChunkTimeout %v not positive", c.ChunkTimeout)
+	}
+	if c.Timeout <= 0 {
+		bad("Timeout %v not positive", c.Timeout)
+	}
+	if c.MaxMembers < 1 || c.MaxMembers > MaxSyncMembers {
+		bad("MaxMembers %d not in [1, %d]", c.MaxMembers, MaxSyncMembers)
+	}
+	if c.MaxJoins < 1 {
+		bad("MaxJoins %d < 1", c.MaxJoins)
+	}
+	if c.MaxPending < 1 {
+		bad("MaxPending %d < 1", c.MaxPending)
+	}
+	if !(c.MaxProgressDelta > 0) || math.IsInf(c.MaxProgressDelta, 0) {
+		bad("MaxProgressDelta %v not finite and > 0", c.MaxProgressDelta)
+	}
+	return errors.Join(errs...)
+}
+
+// Contribution is one member's model after its local step of a round.
+type Contribution struct {
+	// Round is the round it belongs to: the member's step count after the
+	// local step, which equals the group's last completed round plus one.
+	Round int64
+	// Progress after the local step: the group's progress plus the
+	// member's batch.
+	Progress params.Progress
+	Params   []float32
+	Momentum []float32
+}
+
+// SyncState is a group's model at a round boundary: what every member holds
+// after round Round. Its vectors are never written once made, so it may be
+// shared.
+type SyncState struct {
+	Round int64
+	// Progress is the group's: the previous round's plus every
+	// contributor's batch, the samples the averaged model embodies.
+	Progress params.Progress
+	Params   []float32
+	Momentum []float32
+	// Members is the group, sorted: the contributors of the round for a
+	// result; for a join, the group the next round waits for (the joiner
+	// not yet among them). The lowest leads the next round.
+	Members []peer.ID
+}
+
+// GroupInfo is a probe's answer: the group a leader leads.
+type GroupInfo struct {
+	Leader   peer.ID
+	Round    int64
+	Progress params.Progress
+	Members  []peer.ID
+}
+
+// SyncRefusal is a sync answer other than a model: what the peer said and,
+// for SyncNotLeader, whom it follows. Callers branch on Code.
+type SyncRefusal struct {
+	Peer   peer.ID
+	Code   SyncCode
+	Reason Reason  // with SyncRejected
+	Round  int64   // the responder's last completed round, with SyncStale and SyncAhead
+	Leader peer.ID // with SyncNotLeader, if the responder follows someone
+}
+
+func (e *SyncRefusal) Error() string {
+	switch e.Code {
+	case SyncNotLeader:
+		if e.Leader != "" {
+			return fmt.Sprintf("gossip: sync with %s: not leading, follows %s", e.Peer, e.Leader)
+		}
+		return fmt.Sprintf("gossip: sync with %s: not leading", e.Peer)
+	case SyncRejected:
+		return fmt.Sprintf("gossip: sync with %s: rejected (%s)", e.Peer, e.Reason)
+	case SyncStale, SyncAhead:
+		return fmt.Sprintf("gossip: sync with %s: %s round (its last completed round is %d)", e.Peer, e.Code, e.Round)
+	}
+	return fmt.Sprintf("gossip: sync with %s: %s", e.Peer, e.Code)
+}
+
+// SyncStats counts sync traffic. Bytes and refused inputs are counted in the
+// shared Counters.
+type SyncStats struct {
+	// RoundsLed counts rounds this service averaged as leader.
+	RoundsLed uint64 `json:"rounds_led"`
+	// RoundsDone counts our own contributions answered with a round's
+	// average; JoinsDone our joins answered with a model.
+	RoundsDone uint64 `json:"rounds_done"`
+	JoinsDone  uint64 `json:"joins_done"`
+	// ContributionsReceived counts members' contributions taken into a
+	// round; JoinsServed the models sent to joiners.
+	ContributionsReceived uint64 `json:"contributions_received"`
+	JoinsServed           uint64 `json:"joins_served"`
+	// MembersDropped counts expected members missing when a round closed
+	// on its deadline.
+	MembersDropped uint64 `json:"members_dropped"`
+	// StaleRounds counts contributions refused for a closed or a future
+	// round (also counted as rejected "stale"); Duplicates a second
+	// contribution or stream from one peer in a round (rejected
+	// "protocol").
+	StaleRounds uint64 `json:"stale_rounds"`
+	Duplicates  uint64 `json:"duplicates"`
+}
+
+type syncCounters struct {
+	roundsLed, roundsDone, joinsDone, received, joinsServed, dropped, stale, duplicates atomic.Uint64
+}
+
+type syncRole uint8
+
+const (
+	roleUnsynced syncRole = iota
+	roleFollower
+	roleLeader
+)
+
+// syncBase is a model at a round boundary, encoded once for every member and
+// joiner it is sent to.
+type syncBase struct {
+	state   SyncState
+	frames  [2]*Frame
+	members []byte
+}
+
+// syncRound is the round a leader collects. Guarded by SyncService.mu,
+// except done, notify and (once done is closed) result, end and hint.
+type syncRound struct {
+	number   int64
+	base     *syncBase // the model every contribution started from
+	expected map[peer.ID]struct{}
+	contribs map[peer.ID]Contribution
+	deadline time.Time
+	sealed   bool // being averaged: no contribution or join enters any more
+	finished bool // done is closed
+	notify   chan struct{}
+	done     chan struct{}
+	result   *syncBase // the average, or nil if the round was given up
+	end      SyncCode  // what waiting members hear if it was given up
+	hint     peer.ID
+}
+
+func (r *syncRound) ready(now time.Time, self peer.ID) bool {
+	if _, ok := r.contribs[self]; !ok {
+		return false
+	}
+	return len(r.contribs) == len(r.expected) || !now.Before(r.deadline)
+}
+
+// SyncService plays both sides of the sync protocol on one host.
+//
+// Ownership: cfg and the handles are immutable after NewSyncService. mu
+// guards the role, the leader hint, the open round and the in-flight
+// bookkeeping; a round's averaging runs outside mu on the goroutine that
+// called Reduce (the node's trainer loop). wg counts every handler and every
+// outbound request so Close can wait for them.
+type SyncService struct {
+	h        host.Host
+	cfg      SyncConfig
+	counters *Counters
+	rj       *rejecter
+	log      *slog.Logger
+	stats    syncCounters
+
+	ctx    context.Context // cancelled by Close: aborts reads and our requests
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	pending atomic.Int64
+	tagSeq  atomic.Uint64
+
+	mu       sync.Mutex
+	closed   bool
+	role     syncRole
+	hint     peer.ID // the leader we follow
+	open     *syncRound
+	inflight map[peer.ID]bool // peers with a join or contribution stream admitted
+	uploads  int              // admitted contributions not yet in a round
+	joins    int
+}
+
+// NewSyncService validates cfg and registers the protocol handler on h. It
+// starts unsynced: it answers every request "unsynced" until Lead or Follow.
+func NewSyncService(h host.Host, cfg SyncConfig) (*SyncService, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Counters == nil {
+		cfg.Counters = new(Counters)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	log := cfg.Logger.With("component", "gossip", "protocol", string(SyncProtocolID))
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &SyncService{
+		h: h, cfg: cfg, counters: cfg.Counters, rj: newRejecter(cfg.Counters, cfg.OnReject, log), log: log,
+		ctx: ctx, cancel: cancel, inflight: make(map[peer.ID]bool),
+	}
+	h.SetStreamHandler(SyncProtocolID, s.handle)
+	return s, nil
+}
+
+// Counters returns the counters the service counts into.
+func (s *SyncService) Counters() *Counters { return s.counters }
+
+// Stats returns the sync counters.
+func (s *SyncService) Stats() SyncStats {
+	c := &s.stats
+	return SyncStats{
+		RoundsLed: c.roundsLed.Load(), RoundsDone: c.roundsDone.Load(), JoinsDone: c.joinsDone.Load(),
+		ContributionsReceived: c.received.Load(), JoinsServed: c.joinsServed.Load(),
+		MembersDropped: c.dropped.Load(), StaleRounds: c.stale.Load(), Duplicates: c.duplicates.Load(),
+	}
+}
+
+// Close gives up the open round (waiting members are told "not leader"),
+// stops accepting streams, aborts transfers still reading and our own
+// requests, and waits for every goroutine. Answers already being written
+// (a completed round's average) are finished first, within ChunkTimeout
+// per chunk, so a leader that stops right after a round does not take the
+// round's result away from its members. Safe to call more than once.
+func (s *SyncService) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.giveUp(SyncNotLeader, "")
+	s.role, s.hint = roleUnsynced, ""
+	s.mu.Unlock()
+	s.h.RemoveStreamHandler(SyncProtocolID)
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+func (s *SyncService) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
+}
+
+// giveUp ends the open round without a result. Called with mu held.
+func (s *SyncService) giveUp(code SyncCode, hint peer.ID) {
+	r := s.open
+	s.open = nil
+	if r == nil || r.finished {
+		return
+	}
+	r.finished, r.end, r.hint = true, code, hint
+	close(r.done)
+}
+
+// Lead makes this service collect round base.Round+1 from base.Members
+// (which must include us), with base as the model joiners get. Members of
+// a round it was collecting before are told to join again. Leading that
+// round already is not an error: nothing changes.
+func (s *SyncService) Lead(base SyncState) error {
+	self := s.h.ID()
+	members := slices.Clone(base.Members)
+	slices.Sort(members)
+	members = slices.Compact(members)
+	switch {
+	case len(base.Params) == 0 || len(base.Momentum) != len(base.Params):
+		return fmt.Errorf("%w: sync base of %d parameters and %d momentum values", ErrBadSnapshot, len(base.Params), len(base.Momentum))
+	case s.cfg.Elements > 0 && len(base.Params) != s.cfg.Elements:
+		return fmt.Errorf("%w: sync base of %d parameters, service expects %d", ErrBadSnapshot, len(base.Params), s.cfg.Elements)
+	case len(base.Params) > s.cfg.MaxElements:
+		return fmt.Errorf("%w: sync base of %d parameters", ErrBadSnapshot, len(base.Params))
+	case base.Round < 0:
+		return fmt.Errorf("%w: sync base at round %d", ErrBadSnapshot, base.Round)
+	case len(members) > s.cfg.MaxMembers:
+		return fmt.Errorf("%w: group of %d members, limit %d", ErrBadSnapshot, len(members), s.cfg.MaxMembers)
+	case !slices.Contains(members, self):
+		return fmt.Errorf("%w: a group we lead must include us", ErrBadSnapshot)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if s.role == roleLeader && s.open != nil && s.open.number == base.Round+1 {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	base.Members = members
+	sb, err := s.newBase(base)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.giveUp(SyncStale, "")
+	s.role, s.hint = roleLeader, ""
+	s.open = s.newRound(sb, members)
+	return nil
+}
+
+// Follow makes this service answer that leader leads (a member between
+// rounds). Members of a round it was collecting are sent there.
+func (s *SyncService) Follow(leader peer.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.giveUp(SyncNotLeader, leader)
+	s.role, s.hint = roleFollower, leader
+}
+
+// Unsync makes this service answer "unsynced" (it belongs to no group).
+func (s *SyncService) Unsync() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.giveUp(SyncStale, "")
+	s.role, s.hint = roleUnsynced, ""
+}
+
+func (s *SyncService) newRound(base *syncBase, members []peer.ID) *syncRound {
+	r := &syncRound{
+		number: base.state.Round + 1, base: base,
+		expected: make(map[peer.ID]struct{}, len(members)), contribs: make(map[peer.ID]Contribution, len(members)),
+		deadline: time.Now().Add(s.cfg.Timeout),
+		notify:   make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	for _, p := range members {
+		r.expected[p] = struct{}{}
+	}
+	return r
+}
+
+// newBase checks and encodes a model once for everyone it will be sent to.
+func (s *SyncService) newBase(st SyncState) (*syncBase, error) {
+	if !st.Progress.Valid() {
+		return nil, fmt.Errorf("%w: sync progress %v", ErrBadSnapshot, float64(st.Progress))
+	}
+	w := FrameWriter{DType: FP32, ChunkSize: s.cfg.ChunkSize}
+	sb := &syncBase{state: st, members: AppendMembers(nil, st.Members)}
+	for i, v := range [2][]float32{st.Params, st.Momentum} {
+		f, err := w.Encode(params.Snapshot{Fingerprint: s.cfg.Fingerprint, Step: st.Round, Progress: st.Progress, Params: v})
+		if err != nil {
+			return nil, err
+		}
+		sb.frames[i] = f
+	}
+	return sb, nil
+}
+
+// checkContribution checks a contribution against the model it started
+// from: same size, progress at most MaxProgressDelta ahead.
+func (s *SyncService) checkContribution(base *syncBase, c Contribution) error {
+	n := len(base.state.Params)
+	if len(c.Params) != n || len(c.Momentum) != n {
+		return fmt.Errorf("%w: contribution of %d parameters and %d momentum values, group has %d",
+			ErrSizeMismatch, len(c.Params), len(c.Momentum), n)
+	}
+	d := float64(c.Progress - base.state.Progress)
+	if !(d >= 0 && d <= s.cfg.MaxProgressDelta) {
+		return fmt.Errorf("%w: contribution adds %v progress to the group's %v (limit %v)",
+			ErrProtocol, d, float64(base.state.Progress), s.cfg.MaxProgressDelta)
+	}
+	return nil
+}
+
+// Reduce adds our own contribution to the round we lead, waits until every
+// expected member has contributed or the round's deadline has passed, and
+// returns the average. Members still missing then are dropped from the
+// group. The next round opens at once, expecting this round's contributors.
+// ctx ending leaves our contribution in the round.
+func (s *SyncService) Reduce(ctx context.Context, own Contribution) (SyncState, error) {
+	self := s.h.ID()
+	s.mu.Lock()
+	r := s.open
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return SyncState{}, ErrClosed
+	case s.role != roleLeader || r == nil || r.number != own.Round || r.sealed:
+		s.mu.Unlock()
+		return SyncState{}, fmt.Errorf("%w: round %d", ErrNotLeading, own.Round)
+	}
+	if _, dup := r.contribs[self]; dup {
+		s.mu.Unlock()
+		return SyncState{}, fmt.Errorf("%w: round %d already has our contribution", ErrNotLeading, own.Round)
+	}
+	if err := s.checkContribution(r.base, own); err != nil {
+		s.mu.Unlock()
+		return SyncState{}, fmt.Errorf("%w: %w", ErrBadSnapshot, err)
+	}
+	r.contribs[self] = own
+	r.expected[self] = struct{}{}
+	s.mu.Unlock()
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		if s.open != r {
+			s.mu.Unlock()
+			if s.isClosed() {
+				return SyncState{}, ErrClosed
+			}
+			return SyncState{}, fmt.Errorf("%w: round %d was given up", ErrNotLeading, own.Round)
+		}
+		now := time.Now()
+		if r.ready(now, self) {
+			r.sealed = true
+			s.mu.Unlock()
+			return s.finish(r)
+		}
+		wait := r.deadline.Sub(now)
+		s.mu.Unlock()
+		timer.Reset(wait)
+		select {
+		case <-r.notify:
+		case <-timer.C:
+		case <-ctx.Done():
+			return SyncState{}, ctx.Err()
+		}
+	}
+}
+
+func (s *SyncService) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// finish averages a sealed round (outside mu: nothing adds to a sealed
+// round), publishes the result to the members waiting for it and opens the
+// next round.
+func (s *SyncService) finish(r *syncRound) (SyncState, error) {
+	ids := make([]peer.ID, 0, len(r.contribs))
+	for p := range r.contribs {
+		ids = append(ids, p)
+	}
+	slices.Sort(ids) // a fixed order: the float sums do not depend on arrival
+	var dropped []peer.ID
+	for p := range r.expected {
+		if _, ok := r.contribs[p]; !ok {
+			dropped = append(dropped, p)
+		}
+	}
+	ps, ms := make([][]float32, len(ids)), make([][]float32, len(ids))
+	progress := r.base.state.Progress
+	for i, p := range ids {
+		c := r.contribs[p]
+		ps[i], ms[i] = c.Params, c.Momentum
+		progress += c.Progress - r.base.state.Progress
+	}
+	n := len(r.base.state.Params)
+	res := SyncState{Round: r.number, Progress: progress, Params: make([]float32, n), Momentum: make([]float32, n), Members: ids}
+	err := averaging.Mean(res.Params, ps)
+	if err == nil {
+		err = averaging.Mean(res.Momentum, ms)
+	}
+	var sb *syncBase
+	if err == nil {
+		sb, err = s.newBase(res)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open != r {
+		if s.closed {
+			return SyncState{}, ErrClosed
+		}
+		return SyncState{}, fmt.Errorf("%w: round %d was given up", ErrNotLeading, r.number)
+	}
+	if err != nil {
+		s.giveUp(SyncStale, "")
+		s.role = roleUnsynced
+		return SyncState{}, fmt.Errorf("gossip: averaging sync round %d: %w", r.number, err)
+	}
+	r.finished, r.result = true, sb
+	close(r.done)
+	s.open = s.newRound(sb, ids)
+	s.stats.roundsLed.Add(1)
+	if len(dropped) > 0 {
+		s.stats.dropped.Add(uint64(len(dropped)))
+		s.log.Info("sync round closed without members", "round", r.number, "dropped", dropped, "members", len(ids))
+	}
+	return res, nil
+}
+
+// handle serves one inbound sync stream.
+func (s *SyncService) handle(st network.Stream) {
+	if !s.enter() {
+		_ = st.Reset()
+		return
+	}
+	defer s.wg.Done()
+	p := st.Conn().RemotePeer()
+	if n := s.pending.Add(1); n > int64(s.cfg.MaxPending) {
+		s.pending.Add(-1)
+		_ = st.Reset()
+		s.rj.reject(p, fmt.Errorf("%w: %d sync streams already waiting for their request", ErrBusy, s.cfg.MaxPending))
+		return
+	}
+	pending := true
+	donePending := func() {
+		if pending {
+			pending = false
+			s.pending.Add(-1)
+		}
+	}
+	defer donePending()
+	if err := st.Scope().SetService(SyncServiceName); err != nil {
+		_ = st.Reset()
+		s.rj.reject(p, fmt.Errorf("%w: resource manager: %w", ErrBusy, err))
+		return
+	}
+	// Reads are aborted by Close; once a stream has only answers left to
+	// write, it is detached so that Close lets them finish.
+	detach := context.AfterFunc(s.ctx, func() { _ = st.Reset() })
+	defer detach()
+	x := s.newIO(s.ctx, st)
+	var qb [SyncRequestSize]byte
+	err := x.readFull(qb[:])
+	donePending()
+	var q SyncRequest
+	if err == nil {
+		q, err = ParseSyncRequest(qb[:])
+	}
+	if err != nil {
+		_ = st.Reset()
+		s.rj.reject(p, streamErr(s.ctx, fmt.Errorf("read sync request: %w", err)))
+		return
+	}
+	a, hint, sb, r, err := s.admit(p, q)
+	if a.Code != SyncOK || q.Kind == SyncProbe {
+		var members []byte
+		switch {
+		case hint != "":
+			members = AppendMembers(nil, []peer.ID{hint})
+			a.MemberCount = 1
+		case sb != nil:
+			members = sb.members
+			a.MemberCount = len(sb.state.Members)
+		}
+		s.finishStream(x, st, a, members, nil)
+		s.rj.reject(p, err)
+		return
+	}
+	defer s.leave(p, q.Kind)
+	defer s.protect(p)()
+	if q.Kind == SyncJoin {
+		if !detach() {
+			_ = st.Reset()
+			return
+		}
+		a.MemberCount = len(sb.state.Members)
+		if s.finishStream(x, st, a, sb.members, &sb.frames) {
+			s.stats.joinsServed.Add(1)
+		}
+		return
+	}
+	s.serveContribution(x, st, p, q, r, detach)
+}
+
+// admit decides on a request before any payload moves. For an admitted join
+// or contribution it records p as in flight (leave undoes it). The error,
+// if any, is what a refusal is counted as (nil: not the peer's fault).
+func (s *SyncService) admit(p peer.ID, q SyncRequest) (a SyncAnswer, hint peer.ID, sb *syncBase, r *syncRound, err error) {
+	reject := func(reason Reason, e error) (SyncAnswer, peer.ID, *syncBase, *syncRound, error) {
+		return SyncAnswer{Code: SyncRejected, Reason: reason}, "", nil, nil, e
+	}
+	switch {
+	case q.Fingerprint != s.cfg.Fingerprint:
+		return reject(ReasonFingerprint, fmt.Errorf("%w: sync request for %s", ErrFingerprint, q.Fingerprint.Short()))
+	case q.Elements > uint64(s.cfg.MaxElements):
+		return reject(ReasonOversize, fmt.Errorf("%w: sync request for %d elements", ErrOversize, q.Elements))
+	case q.Elements != 0 && s.cfg.Elements != 0 && q.Elements != uint64(s.cfg.Elements):
+		return reject(ReasonSizeMismatch, fmt.Errorf("%w: sync request for %d elements, we have %d", ErrSizeMismatch, q.Elements, s.cfg.Elements))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.role {
+	case roleUnsynced:
+		return SyncAnswer{Code: SyncUnsynced}, "", nil, nil, nil
+	case roleFollower:
+		return SyncAnswer{Code: SyncNotLeader}, s.hint, nil, nil, nil
+	}
+	r = s.open
+	sb = r.base
+	if q.Elements != 0 && q.Elements != uint64(len(sb.state.Params)) {
+		return reject(ReasonSizeMismatch, fmt.Errorf("%w: sync request for %d elements, the group has %d", ErrSizeMismatch, q.Elements, len(sb.state.Params)))
+	}
+	last := SyncAnswer{Round: sb.state.Round, Progress: sb.state.Progress}
+	if q.Kind == SyncProbe {
+		return last, "", sb, r, nil
+	}
+	if s.inflight[p] {
+		s.stats.duplicates.Add(1)
+		return SyncAnswer{Code: SyncDuplicate}, "", nil, nil, fmt.Errorf("%w: a second sync stream while one is open", ErrProtocol)
+	}
+	if q.Kind == SyncJoin {
+		switch {
+		case r.sealed:
+			// Averaging is a moment; the joiner asks again.
+			return SyncAnswer{Code: SyncBusy}, "", nil, nil, nil
+		case s.joins >= s.cfg.MaxJoins:
+			return SyncAnswer{Code: SyncBusy}, "", nil, nil, fmt.Errorf("%w: %d joins running", ErrBusy, s.joins)
+		}
+		s.joins++
+		s.inflight[p] = true
+		r.expected[p] = struct{}{}
+		// The joiner still has its first step to take.
+		r.deadline = later(r.deadline, time.Now().Add(s.cfg.Timeout))
+		return last, "", sb, r, nil
+	}
+	_, dup := r.contribs[p]
+	switch {
+	case q.Round < r.number || (q.Round == r.number && r.sealed):
+		s.stats.stale.Add(1)
+		last.Code = SyncStale
+		return last, "", nil, nil, fmt.Errorf("%w: contribution for round %d, collecting %d", ErrStale, q.Round, r.number)
+	case q.Round > r.number:
+		s.stats.stale.Add(1)
+		last.Code = SyncAhead
+		return last, "", nil, nil, fmt.Errorf("%w: contribution for round %d, collecting %d", ErrStale, q.Round, r.number)
+	case dup:
+		s.stats.duplicates.Add(1)
+		return SyncAnswer{Code: SyncDuplicate}, "", nil, nil, fmt.Errorf("%w: second contribution to round %d", ErrProtocol, q.Round)
+	case len(r.contribs)+s.uploads >= s.cfg.MaxMembers:
+		return SyncAnswer{Code: SyncBusy}, "", nil, nil, fmt.Errorf("%w: round %d has %d members", ErrBusy, q.Round, s.cfg.MaxMembers)
+	}
+	s.uploads++
+	s.inflight[p] = true
+	return SyncAnswer{Round: q.Round}, "", sb, r, nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// leave undoes admit's bookkeeping when an admitted stream ends.
+func (s *SyncService) leave(p peer.ID, k SyncKind) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.inflight, p)
+	if k == SyncJoin {
+		s.joins--
+	}
+}
+
+// serveContribution reads an admitted contribution, enters it into its
+// round, waits for the round and answers with the average.
+func (s *SyncService) serveContribution(x *streamIO, st network.Stream, p peer.ID, q SyncRequest, r *syncRound, detach func() bool) {
+	counted := true
+	uncount := func() {
+		if counted {
+			counted = false
+			s.uploads--
+		}
+	}
+	defer func() {
+		s.mu.Lock()
+		uncount()
+		s.mu.Unlock()
+	}()
+	c, err := s.readContribution(x, q, r.base)
+	if err != nil {
+		// A contribution that arrived whole but is bad gets an answer: the
+		// member has finished writing and waits for one.
+		if rs := ReasonOf(err); rs == ReasonChecksum || rs == ReasonNonFinite || rs == ReasonProtocol {
+			s.finishStream(x, st, SyncAnswer{Code: SyncRejected, Reason: rs}, nil, nil)
+		} else {
+			_ = st.Reset()
+		}
+		s.rj.reject(p, streamErr(s.ctx, err))
+		return
+	}
+	if !detach() {
+		_ = st.Reset() // Close got here first
+		return
+	}
+	s.mu.Lock()
+	uncount()
+	in := s.open == r && !r.sealed
+	if in {
+		r.contribs[p] = c
+		r.expected[p] = struct{}{}
+		select {
+		case r.notify <- struct{}{}:
+		default:
+		}
+	}
+	s.mu.Unlock()
+	if !in {
+		// The round closed while the contribution was on its way.
+		s.finishStream(x, st, SyncAnswer{Code: SyncStale, Round: r.base.state.Round, Progress: r.base.state.Progress}, nil, nil)
+		return
+	}
+	s.stats.received.Add(1)
+	// A leader always finishes or gives up its round; the bound is for a
+	// leader whose trainer stopped calling Reduce without closing.
+	wait := time.NewTimer(2*s.cfg.Timeout + s.cfg.ChunkTimeout)
+	defer wait.Stop()
+	select {
+	case <-r.done:
+	case <-wait.C:
+		_ = st.Reset()
+		return
+	}
+	if r.result == nil {
+		var members []byte
+		a := SyncAnswer{Code: r.end, Round: r.base.state.Round, Progress: r.base.state.Progress}
+		if r.hint != "" {
+			members, a.MemberCount = AppendMembers(nil, []peer.ID{r.hint}), 1
+		}
+		if a.Code != SyncStale && a.Code != SyncAhead {
+			a.Round, a.Progress = 0, 0
+		}
+		s.finishStream(x, st, a, members, nil)
+		return
+	}
+	res := r.result
+	s.finishStream(x, st, SyncAnswer{Round: res.state.Round, Progress: res.state.Progress, MemberCount: len(res.state.Members)},
+		res.members, &res.frames)
+}
+
+// readContribution reads a contribution's two frames and the end of the
+// member's writing, and checks them against the request and the round's
+// starting model.
+func (s *SyncService) readContribution(x *streamIO, q SyncRequest, base *syncBase) (Contribution, error) {
+	rd := s.reader(x, len(base.state.Params))
+	w, err := rd.ReadFrame(x)
+	if err != nil {
+		return Contribution{}, err
+	}
+	m, err := rd.ReadFrame(x)
+	if err != nil {
+		return Contribution{}, err
+	}
+	if err := x.expectEOF(); err != nil {
+		return Contribution{}, err
+	}
+	if w.Step != q.Round || m.Step != q.Round || w.Progress != m.Progress {
+		return Contribution{}, fmt.Errorf("%w: contribution to round %d carries steps %d and %d, progress %v and %v",
+			ErrProtocol, q.Round, w.Step, m.Step, float64(w.Progress), float64(m.Progress))
+	}
+	c := Contribution{Round: q.Round, Progress: w.Progress, Params: w.Params, Momentum: m.Params}
+	if err := s.checkContribution(base, c); err != nil {
+		return Contribution{}, err
+	}
+	return c, nil
+}
+
+// finishStream writes a final answer (header, member list, frames), ends our
+// side and closes; it resets the stream if any of that fails.
+func (s *SyncService) finishStream(x *streamIO, st network.Stream, a SyncAnswer, members []byte, frames *[2]*Frame) bool {
+	a.MembersSize = len(members)
+	hb := a.Marshal()
+	err := x.writeAll(append(hb[:], members...))
+	if err == nil && frames != nil {
+		w := s.writer(x)
+		for _, f := range frames {
+			if err = w.Send(x, f); err != nil {
+				break
+			}
+		}
+	}
+	if err == nil {
+		err = st.CloseWrite()
+	}
+	if err != nil {
+		_ = st.Reset()
+		return false
+	}
+	_ = st.Close()
+	return true
+}
+
+func (s *SyncService) newIO(ctx context.Context, st network.Stream) *streamIO {
+	dl, _ := ctx.Deadline()
+	return &streamIO{ctx: ctx, st: st, c: s.counters, timeout: s.cfg.ChunkTimeout, deadline: dl}
+}
+
+func (s *SyncService) writer(x *streamIO) FrameWriter {
+	return FrameWriter{DType: FP32, ChunkSize: s.cfg.ChunkSize, BeforeChunk: x.beforeWrite}
+}
+
+func (s *SyncService) reader(x *streamIO, want int) FrameReader {
+	return FrameReader{
+		Limits:      Limits{Fingerprint: s.cfg.Fingerprint, Elements: want, MaxElements: s.cfg.MaxElements},
+		BeforeChunk: x.beforeRead,
+	}
+}
+
+// protect keeps the connection manager from trimming p's connection while a
+// sync stream, which may wait a whole round, is open.
+func (s *SyncService) protect(p peer.ID) func() {
+	cm := s.h.ConnManager()
+	if cm == nil {
+		return func() {}
+	}
+	tag := fmt.Sprintf("meshtrain-sync-%d", s.tagSeq.Add(1))
+	cm.Protect(p, tag)
+	return func() { cm.Unprotect(p, tag) }
+}
+
+// Contribute sends our contribution to the round's leader and returns the
+// round's average, which every member applies. A refusal is a
+// *SyncRefusal. The leader's answer may take as long as the slowest member's
+// step; we wait up to twice the Timeout for it.
+func (s *SyncService) Contribute(ctx context.Context, leader peer.ID, c Contribution) (SyncState, error) {
+	n := len(c.Params)
+	switch {
+	case c.Round < 1:
+		return SyncState{}, fmt.Errorf("%w: contribution to round %d", ErrBadSnapshot, c.Round)
+	case n == 0 || len(c.Momentum) != n || n > s.cfg.MaxElements || (s.cfg.Elements > 0 && n != s.cfg.Elements):
+		return SyncState{}, fmt.Errorf("%w: contribution of %d parameters and %d momentum values", ErrBadSnapshot, n, len(c.Momentum))
+	}
+	var frames [2]*Frame
+	w := FrameWriter{DType: FP32, ChunkSize: s.cfg.ChunkSize}
+	for i, v := range [2][]float32{c.Params, c.Momentum} {
+		f, err := w.Encode(params.Snapshot{Fingerprint: s.cfg.Fingerprint, Step: c.Round, Progress: c.Progress, Params: v})
+		if err != nil {
+			return SyncState{}, err
+		}
+		frames[i] = f
+	}
+	q := SyncRequest{Kind: SyncContribute, Fingerprint: s.cfg.Fingerprint, Elements: uint64(n), Round: c.Round}
+	st, _, err := s.request(ctx, leader, q, &frames)
+	if err == nil {
+		s.stats.roundsDone.Add(1)
+	}
+	return st, err
+}
+
+// Join asks p, which should lead a group, for the group's model at the last
+// round boundary. p then expects us in its next round: apply the model,
+// take one step, and contribute to p. A refusal is a *SyncRefusal.
+func (s *SyncService) Join(ctx context.Context, p peer.ID) (SyncState, error) {
+	q := SyncRequest{Kind: SyncJoin, Fingerprint: s.cfg.Fingerprint, Elements: uint64(s.cfg.Elements)}
+	st, _, err := s.request(ctx, p, q, nil)
+	if err == nil {
+		s.stats.joinsDone.Add(1)
+	}
+	return st, err
+}
+
+// Probe asks p which group it leads, without joining. A refusal is a
+// *SyncRefusal (SyncNotLeader names the leader p follows).
+func (s *SyncService) Probe(ctx context.Context, p peer.ID) (GroupInfo, error) {
+	q := SyncRequest{Kind: SyncProbe, Fingerprint: s.cfg.Fingerprint, Elements: uint64(s.cfg.Elements)}
+	_, g, err := s.request(ctx, p, q, nil)
+	return g, err
+}
+
+// request runs the member's side of one sync stream:
+//
+//	contribute: -> request; <- answer; -> params frame, momentum frame,
+//	            CloseWrite; <- answer (after the round), members, frames, EOF
+//	join:       -> request, CloseWrite; <- answer, members, frames, EOF
+//	probe:      -> request, CloseWrite; <- answer, members, EOF
+func (s *SyncService) request(ctx context.Context, p peer.ID, q SyncRequest, up *[2]*Frame) (SyncState, GroupInfo, error) {
+	if p == s.h.ID() {
+		return SyncState{}, GroupInfo{}, fmt.Errorf("gossip: sync %s with ourselves", q.Kind)
+	}
+	if !s.enter() {
+		return SyncState{}, GroupInfo{}, ErrClosed
+	}
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
+	defer s.protect(p)()
+	st, err := s.h.NewStream(ctx, p, SyncProtocolID)
+	if err != nil {
+		return SyncState{}, GroupInfo{}, fmt.Errorf("gossip: sync %s with %s: open stream: %w", q.Kind, p, err)
+	}
+	defer context.AfterFunc(ctx, func() { _ = st.Reset() })()
+	if err := st.Scope().SetService(SyncServiceName); err != nil {
+		_ = st.Reset()
+		return SyncState{}, GroupInfo{}, fmt.Errorf("gossip: sync %s with %s: resource manager: %w", q.Kind, p, err)
+	}
+	x := s.newIO(ctx, st)
+	res, g, err := s.converse(x, st, p, q, up)
+	if err != nil {
+		_ = st.Reset()
+		var ref *SyncRefusal
+		if errors.As(err, &ref) {
+			if ref.Code == SyncBusy || ref.Code == SyncRejected {
+				s.counters.refusedByPeer.Add(1)
+			}
+			return SyncState{}, GroupInfo{}, err
+		}
+		err = streamErr(ctx, err)
+		s.rj.reject(p, err)
+		return SyncState{}, GroupInfo{}, fmt.Errorf("gossip: sync %s with %s: %w", q.Kind, p, err)
+	}
+	_ = st.Close()
+	return res, g, nil
+}
+
+func (s *SyncService) converse(x *streamIO, st network.Stream, p peer.ID, q SyncRequest, up *[2]*Frame) (SyncState, GroupInfo, error) {
+	qb := q.Marshal()
+	if err := x.writeAll(qb[:]); err != nil {
+		return SyncState{}, GroupInfo{}, fmt.Errorf("write sync request: %w", err)
+	}
+	if q.Kind != SyncContribute {
+		if err := st.CloseWrite(); err != nil {
+			return SyncState{}, GroupInfo{}, fmt.Errorf("close write: %w", err)
+		}
+	}
+	a, members, err := s.readAnswer(x, p, true)
+	if err != nil {
+		return SyncState{}, GroupInfo{}, err
+	}
+	switch q.Kind {
+	case SyncProbe:
+		if len(members) == 0 {
+			return SyncState{}, GroupInfo{}, fmt.Errorf("%w: probe answered without members", ErrProtocol)
+		}
+		if err := x.expectEOF(); err != nil {
+			return SyncState{}, GroupInfo{}, err
+		}
+		return SyncState{}, GroupInfo{Leader: p, Round: a.Round, Progress: a.Progress, Members: members}, nil
+	case SyncContribute:
+		if len(members) != 0 || a.Round != q.Round {
+			return SyncState{}, GroupInfo{}, fmt.Errorf("%w: go-ahead for round %d with %d members, we asked for %d",
+				ErrProtocol, a.Round, len(members), q.Round)
+		}
+		w := s.writer(x)
+		for _, f := range up {
+			if err := w.Send(x, f); err != nil {
+				return SyncState{}, GroupInfo{}, err
+			}
+		}
+		if err := st.CloseWrite(); err != nil {
+			return SyncState{}, GroupInfo{}, fmt.Errorf("close write: %w", err)
+		}
+		// The answer comes when the slowest member has contributed.
+		x.timeout = 2*s.cfg.Timeout + s.cfg.ChunkTimeout
+		a, members, err = s.readAnswer(x, p, false)
+		x.timeout = s.cfg.ChunkTimeout
+		if err != nil {
+			return SyncState{}, GroupInfo{}, err
+		}
+		if a.Round != q.Round || !slices.Contains(members, s.h.ID()) {
+			return SyncState{}, GroupInfo{}, fmt.Errorf("%w: result of round %d for %d members, we contributed to %d",
+				ErrProtocol, a.Round, len(members), q.Round)
+		}
+	}
+	if len(members) == 0 {
+		return SyncState{}, GroupInfo{}, fmt.Errorf("%w: a group model without members", ErrProtocol)
+	}
+	want := s.cfg.Elements
+	if want == 0 {
+		want = int(q.Elements)
+	}
+	rd := s.reader(x, want)
+	w, err := rd.ReadFrame(x)
+	if err != nil {
+		return SyncState{}, GroupInfo{}, err
+	}
+	m, err := rd.ReadFrame(x)
+	if err != nil {
+		return SyncState{}, GroupInfo{}, err
+	}
+	if len(w.Params) != len(m.Params) || w.Step != a.Round || m.Step != a.Round || w.Progress != a.Progress || m.Progress != a.Progress {
+		return SyncState{}, GroupInfo{}, fmt.Errorf("%w: group model frames (%d and %d elements, steps %d and %d) do not match round %d",
+			ErrProtocol, len(w.Params), len(m.Params), w.Step, m.Step, a.Round)
+	}
+	if err := x.expectEOF(); err != nil {
+		return SyncState{}, GroupInfo{}, err
+	}
+	return SyncState{Round: a.Round, Progress: a.Progress, Params: w.Params, Momentum: m.Params, Members: members}, GroupInfo{}, nil
+}
+
+// readAnswer reads an answer header and its member list; an answer other
+// than SyncOK comes back as a *SyncRefusal, after its member list. first
+// marks the answer to the request itself: a peer that hangs up before it
+// says anything there is treated as overloaded, not hostile.
+func (s *SyncService) readAnswer(x *streamIO, p peer.ID, first bool) (SyncAnswer, []peer.ID, error) {
+	var b [SyncAnswerSize]byte
+	if err := x.beforeRead(len(b)); err != nil {
+		return SyncAnswer{}, nil, err
+	}
+	n, err := io.ReadFull(x, b[:])
+	if err != nil {
+		if first && n == 0 && (errors.Is(err, io.EOF) || errors.Is(err, ErrShortRead)) {
+			return SyncAnswer{}, nil, fmt.Errorf("%w: %v", ErrHungUp, err)
+		}
+		return SyncAnswer{}, nil, fmt.Errorf("read sync answer: %w", readError(err))
+	}
+	a, err := ParseSyncAnswer(b[:])
+	if err != nil {
+		return a, nil, err
+	}
+	var members []peer.ID
+	if a.MembersSize > 0 {
+		mb := make([]byte, a.MembersSize)
+		if err := x.readFull(mb); err != nil {
+			return a, nil, fmt.Errorf("read sync members: %w", err)
+		}
+		if members, err = ParseMembers(mb, a.MemberCount); err != nil {
+			return a, nil, err
+		}
+	}
+	if a.Code != SyncOK {
+		ref := &SyncRefusal{Peer: p, Code: a.Code, Reason: a.Reason, Round: a.Round}
+		if len(members) == 1 {
+			ref.Leader = members[0]
+		}
+		return a, nil, ref
+	}
+	return a, members, nil
+}
