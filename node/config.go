@@ -19,15 +19,18 @@ const (
 	ModeGossip Mode = "gossip"
 	// ModeLocal never merges (it still announces and serves its model).
 	ModeLocal Mode = "local"
+	// ModeSync is the synchronous baseline (DDP semantics): every step all
+	// members of a group average, so each step waits for the slowest.
+	ModeSync Mode = "sync"
 )
 
 // ParseMode validates a mode name.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case ModeGossip, ModeLocal:
+	case ModeGossip, ModeLocal, ModeSync:
 		return m, nil
 	}
-	return "", fmt.Errorf("node: unknown mode %q (want gossip or local)", s)
+	return "", fmt.Errorf("node: unknown mode %q (want gossip, sync or local)", s)
 }
 
 // Config is everything a node needs. DefaultConfig fills every field;
@@ -63,6 +66,11 @@ type Config struct {
 	CatchUp float64
 	// MaxUpload caps the bytes/s this node sends (0: no cap).
 	MaxUpload int
+	// SyncTimeout (sync mode) is how long a round waits for a member that
+	// has not contributed before the group drops it and goes on; members
+	// give up on a leader that has not answered within twice this. It must
+	// exceed the slowest member's step time.
+	SyncTimeout time.Duration
 
 	// CheckpointEvery is the wall time between checkpoints (0: only the
 	// final one). Ignored without a store.
@@ -94,6 +102,7 @@ func DefaultConfig() Config {
 		ExchangeTimeout: 30 * time.Second,
 		Merger:          averaging.DefaultMerger(),
 		CatchUp:         60000,
+		SyncTimeout:     10 * time.Second,
 		CheckpointEvery: 30 * time.Second,
 		EvalEvery:       0,
 		ReportEvery:     2 * time.Second,
@@ -117,7 +126,7 @@ func (c Config) Validate() error {
 	}
 	if !c.Offline {
 		if _, err := ParseMode(string(c.Mode)); err != nil {
-			bad("mode %q: want gossip or local", c.Mode)
+			bad("mode %q: want gossip, sync or local", c.Mode)
 		}
 		if _, err := ParseProfile(string(c.Host.Profile)); err != nil {
 			bad("profile %q: want local, lan or public", c.Host.Profile)
@@ -139,6 +148,9 @@ func (c Config) Validate() error {
 		}
 		if c.MaxUpload < 0 {
 			bad("max-upload %d: must be >= 0", c.MaxUpload)
+		}
+		if c.SyncTimeout <= 0 {
+			bad("sync-timeout %v: must be > 0", c.SyncTimeout)
 		}
 	}
 	if c.CheckpointEvery < 0 {

@@ -1,0 +1,477 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/meshtrain/meshtrain/gossip"
+	"github.com/meshtrain/meshtrain/params"
+)
+
+// Sync mode: the synchronous data-parallel baseline (DDP semantics). Every
+// step, every member of the group averages, so all apply the same update and
+// each step waits for the slowest member.
+//
+// Why averaging models is DDP: SGD with momentum and weight decay is linear
+// in the gradient. From identical (w, m), member i's step gives
+// m_i = mu m + g_i + wd w and w_i = w - lr m_i; the mean over k members is
+// mean(m_i) = mu m + mean(g) + wd w and mean(w_i) = w - lr mean(m_i), which
+// is exactly one step on the mean gradient, with k x the batch. So a round
+// is: a local Step, then the leader averages everyone's (params, momentum),
+// then every member applies the average, and everyone starts the next round
+// from identical (w, m) again. Progress grows by every member's batch.
+//
+// Policy (the protocol itself is gossip.SyncService):
+//   - the group is the member list of the last round's result; the lowest
+//     peer ID in it that we have not given up on leads the next round;
+//   - a node that belongs to no group (it just started, or was dropped)
+//     joins a group through a fresh peer announcing mode "sync" with our
+//     fingerprint, adopting the group's (params, momentum, step, progress)
+//     at a round boundary; if none leads a group, it founds one of its own;
+//   - a leader that finds another group further along (more progress; on a
+//     tie, a lower leader ID) joins it, so groups founded at the same time
+//     merge into one and a restarted node never drags a group back to its
+//     own older model;
+//   - a leader that does not answer within twice the sync timeout, or whose
+//     stream breaks, is given up on until it announces again, and the next
+//     lowest member leads;
+//   - the leader drops members that miss a round's deadline; they find out
+//     when their late contribution is refused, and join again.
+
+// SyncStatus is a node's view of its sync group, for the REST API, the CLI
+// and tests.
+type SyncStatus struct {
+	// Synced: the node belongs to a group (it has applied a group model).
+	Synced bool `json:"synced"`
+	// Leader of the next round, as this node sees it.
+	Leader string `json:"leader"`
+	// Members of the group after the last round this node completed.
+	Members []string `json:"members"`
+	// Round is the last round this node completed (its step count then).
+	Round int64 `json:"round"`
+	// Joins counts the group models this node adopted by joining (at
+	// start, after being dropped, or merging into a group further along);
+	// Founded the groups it started on its own.
+	Joins   int64 `json:"joins"`
+	Founded int64 `json:"founded"`
+	// LeadersLost counts leaders given up on (no answer in time, or a
+	// broken stream).
+	LeadersLost int64 `json:"leaders_lost"`
+	// Protocol counters of this node's sync service.
+	Service gossip.SyncStats `json:"service"`
+}
+
+// syncRetry is the pause before asking again after a refusal that says
+// "not now" (busy, duplicate, not leader yet), so a handover is not a hot
+// loop.
+const syncRetry = 20 * time.Millisecond
+
+// syncer runs sync mode's side of the trainer loop. Everything but view
+// belongs to the trainer loop (Run's goroutine), the only caller of step;
+// view is guarded by mu for Status readers.
+type syncer struct {
+	n          *Node
+	svc        *gossip.SyncService
+	log        *slog.Logger
+	probeEvery time.Duration
+
+	synced    bool
+	state     gossip.SyncState      // the group model after the last round we completed; never written
+	failed    map[peer.ID]time.Time // peers given up on, and when
+	probed    map[peer.ID]time.Time // last probe of a peer outside our group
+	hint      peer.ID               // leader named by a peer that does not lead, asked next
+	rejoin    peer.ID               // the leader that told us to join again, asked first
+	forceLead bool                  // the peer we follow says we lead
+	counts    struct{ joins, founded, lost int64 }
+
+	mu   sync.Mutex
+	view SyncStatus
+}
+
+func (n *Node) newSyncer() (*syncer, error) {
+	c := gossip.DefaultSyncConfig()
+	c.Fingerprint, c.Elements = n.fp, n.trainer.Model().Size()
+	c.MaxElements, c.ChunkSize, c.ChunkTimeout = n.cfg.Exchange.MaxElements, n.cfg.Exchange.ChunkSize, n.cfg.Exchange.ChunkTimeout
+	c.Timeout = n.cfg.SyncTimeout
+	c.MaxProgressDelta = float64(n.cfg.Train.Batch)
+	c.Counters, c.Logger, c.OnReject = &n.counters, n.baseLog, n.cfg.Exchange.OnReject
+	svc, err := gossip.NewSyncService(n.host, c)
+	if err != nil {
+		return nil, err
+	}
+	return &syncer{
+		n: n, svc: svc, log: n.log.With("mode", "sync"), probeEvery: n.cfg.Announce.Interval,
+		failed: make(map[peer.ID]time.Time), probed: make(map[peer.ID]time.Time),
+	}, nil
+}
+
+func (s *syncer) close() { _ = s.svc.Close() }
+
+// SyncStatus returns the node's sync view (zero unless in sync mode).
+func (n *Node) SyncStatus() SyncStatus {
+	if n.sync == nil {
+		return SyncStatus{Members: []string{}}
+	}
+	s := n.sync
+	s.mu.Lock()
+	v := s.view
+	v.Members = slices.Clone(v.Members)
+	s.mu.Unlock()
+	v.Service = s.svc.Stats()
+	return v
+}
+
+// step runs after each local Step: it takes the trainer's model as our
+// contribution to the round, and returns once the group's average is
+// applied (or we joined or founded a group instead). It returns only ctx's
+// error; every other failure is handled by asking someone else.
+func (s *syncer) step(ctx context.Context) error {
+	st := s.n.trainer.State() // between two steps: nobody else steps
+	own := gossip.Contribution{Round: st.Step, Progress: st.Progress, Params: st.Params, Momentum: st.Momentum}
+	for ctx.Err() == nil {
+		if !s.synced {
+			// Our step was not taken from the group's model: it is
+			// dropped, and the next one is our first in the group.
+			if s.join(ctx, own); s.synced {
+				return nil
+			}
+			continue
+		}
+		leader := s.leader()
+		if leader == s.n.id {
+			if s.lead(ctx, own) {
+				return nil
+			}
+			continue
+		}
+		res, err := s.svc.Contribute(ctx, leader, own)
+		if err == nil {
+			s.adopt(res)
+			return nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		s.refused(ctx, leader, err)
+	}
+	return ctx.Err()
+}
+
+// lead runs a round we lead; false means the round could not be run here
+// and the caller should look again at who leads.
+func (s *syncer) lead(ctx context.Context, own gossip.Contribution) bool {
+	if s.merge(ctx) {
+		return true
+	}
+	if err := s.svc.Lead(s.leadBase()); err != nil {
+		s.log.Warn("cannot lead the sync round", "round", own.Round, "err", err)
+		s.unsync("")
+		return false
+	}
+	res, err := s.svc.Reduce(ctx, own)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("sync round failed", "round", own.Round, "err", err)
+			s.unsync("")
+		}
+		return false
+	}
+	s.adopt(res)
+	return true
+}
+
+// refused handles a failed contribution to leader.
+func (s *syncer) refused(ctx context.Context, leader peer.ID, err error) {
+	var ref *gossip.SyncRefusal
+	if !errors.As(err, &ref) {
+		s.lose(leader, err)
+		return
+	}
+	switch ref.Code {
+	case gossip.SyncNotLeader:
+		switch {
+		case ref.Leader == "":
+			s.lose(leader, err)
+		case ref.Leader == s.n.id:
+			s.forceLead = true
+		case s.failed[ref.Leader].IsZero():
+			s.hint = ref.Leader
+		}
+		if ref.Leader != s.n.id {
+			sleep(ctx, syncRetry)
+		}
+	case gossip.SyncStale, gossip.SyncAhead:
+		// Dropped from the round, or holding another group's model.
+		s.unsync(leader)
+	case gossip.SyncBusy, gossip.SyncDuplicate:
+		sleep(ctx, syncRetry)
+	default: // unsynced (it restarted) or rejected
+		s.lose(leader, err)
+	}
+}
+
+// leader is the peer that leads the next round as we see it: the lowest
+// member of the last round's group we have not given up on.
+func (s *syncer) leader() peer.ID {
+	if s.forceLead {
+		return s.n.id
+	}
+	if h := s.hint; h != "" {
+		s.hint = ""
+		return h
+	}
+	s.forgive()
+	for _, p := range s.state.Members { // sorted
+		if p == s.n.id || s.failed[p].IsZero() {
+			return p
+		}
+	}
+	return s.n.id
+}
+
+// leadBase is the model and group of the round we lead: the last round's,
+// without the members we gave up on.
+func (s *syncer) leadBase() gossip.SyncState {
+	b := s.state
+	b.Members = []peer.ID{s.n.id}
+	for _, p := range s.state.Members {
+		if p != s.n.id && s.failed[p].IsZero() {
+			b.Members = append(b.Members, p)
+		}
+	}
+	slices.Sort(b.Members)
+	return b
+}
+
+// lose gives up on a peer until it announces again.
+func (s *syncer) lose(p peer.ID, err error) {
+	if _, ok := s.failed[p]; !ok && slices.Contains(s.state.Members, p) {
+		s.counts.lost++
+		s.log.Info("sync leader lost", "peer", p, "err", err)
+	}
+	s.failed[p] = time.Now()
+	s.setView()
+}
+
+// forgive takes back the peers that announced since we gave up on them, and
+// forgets those no longer announcing at all.
+func (s *syncer) forgive() {
+	if len(s.failed) == 0 {
+		return
+	}
+	seen := make(map[peer.ID]time.Time)
+	for _, p := range s.n.ann.Fresh() {
+		seen[p.Peer] = p.SeenAt
+	}
+	for p, at := range s.failed {
+		if t, ok := seen[p]; !ok && time.Since(at) > s.n.cfg.Announce.FreshWindow+s.n.cfg.SyncTimeout || ok && t.After(at) {
+			delete(s.failed, p)
+		}
+	}
+}
+
+// candidates are the fresh peers training our model in sync mode, not given
+// up on, sorted by ID.
+func (s *syncer) candidates() []peer.ID {
+	s.forgive()
+	var out []peer.ID
+	for _, p := range s.n.ann.Fresh() { // sorted by ID
+		if p.Peer != s.n.id && p.Fingerprint == s.n.fp && p.Mode == string(ModeSync) && s.failed[p.Peer].IsZero() {
+			out = append(out, p.Peer)
+		}
+	}
+	return out
+}
+
+// join adopts the model of a group some fresh sync peer belongs to, or, if
+// none answers with one, founds a group of our own with own.
+func (s *syncer) join(ctx context.Context, own gossip.Contribution) {
+	tried := map[peer.ID]bool{s.n.id: true}
+	cands := s.candidates()
+	if s.rejoin != "" {
+		cands = append([]peer.ID{s.rejoin}, cands...)
+		s.rejoin = ""
+	}
+	busy := false
+	for _, p := range cands {
+		for p != "" && !tried[p] && s.failed[p].IsZero() {
+			tried[p] = true
+			res, err := s.svc.Join(ctx, p)
+			if err == nil {
+				s.counts.joins++
+				s.log.Info("joined a sync group", "via", p, "round", res.Round, "members", len(res.Members))
+				s.adopt(res)
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			var next peer.ID
+			var ref *gossip.SyncRefusal
+			switch {
+			case !errors.As(err, &ref):
+				s.lose(p, err)
+			case ref.Code == gossip.SyncNotLeader:
+				next = ref.Leader // ask the leader it follows
+			case ref.Code == gossip.SyncBusy:
+				busy = true
+			}
+			p = next
+		}
+	}
+	if busy {
+		// Someone leads a group but cannot take us this instant.
+		sleep(ctx, syncRetry)
+		return
+	}
+	s.found(ctx, own)
+}
+
+// found starts a group of our own from our model.
+func (s *syncer) found(ctx context.Context, own gossip.Contribution) {
+	st := gossip.SyncState{Round: own.Round, Progress: own.Progress, Params: own.Params, Momentum: own.Momentum,
+		Members: []peer.ID{s.n.id}}
+	if err := s.svc.Lead(st); err != nil {
+		// Our own model cannot be sent (it diverged): nothing to lead with.
+		s.log.Error("cannot found a sync group", "err", err)
+		sleep(ctx, syncRetry)
+		return
+	}
+	s.counts.founded++
+	s.log.Info("founded a sync group", "round", own.Round)
+	s.state, s.synced, s.forceLead = st, true, false
+	s.setView()
+}
+
+// merge, run by a leader between rounds, looks for a group further along
+// than ours among the fresh sync peers outside our group (at most one probe
+// per peer per announce interval) and joins it. It reports whether we did.
+func (s *syncer) merge(ctx context.Context) bool {
+	now := time.Now()
+	for _, p := range s.candidates() {
+		if slices.Contains(s.state.Members, p) || now.Sub(s.probed[p]) < s.probeEvery {
+			continue
+		}
+		s.probed[p] = now
+		g, err := s.svc.Probe(ctx, p)
+		var ref *gossip.SyncRefusal
+		if errors.As(err, &ref) && ref.Code == gossip.SyncNotLeader && ref.Leader != "" && ref.Leader != s.n.id &&
+			!slices.Contains(s.state.Members, ref.Leader) {
+			s.probed[ref.Leader] = now
+			g, err = s.svc.Probe(ctx, ref.Leader)
+		}
+		if err != nil || !preferGroup(g.Progress, g.Leader, s.state.Progress, s.n.id) {
+			break // one probe per round keeps the wait short
+		}
+		res, err := s.svc.Join(ctx, g.Leader)
+		if err != nil {
+			break
+		}
+		s.counts.joins++
+		s.log.Info("merged into a sync group further along", "leader", g.Leader, "round", res.Round,
+			"progress", float64(res.Progress), "ours", float64(s.state.Progress))
+		s.adopt(res)
+		return true
+	}
+	for p, at := range s.probed {
+		if now.Sub(at) > 10*s.probeEvery {
+			delete(s.probed, p)
+		}
+	}
+	return false
+}
+
+// preferGroup decides between two groups: the one whose model embodies more
+// samples, and on a tie the one with the lower leader ID, so every pair of
+// groups agrees which joins which.
+func preferGroup(theirs params.Progress, theirLeader peer.ID, ours params.Progress, ourLeader peer.ID) bool {
+	return theirs > ours || theirs == ours && theirLeader < ourLeader
+}
+
+// adopt applies a group model and makes it the base of our next round.
+func (s *syncer) adopt(res gossip.SyncState) {
+	t := s.n.trainer
+	var err error
+	if t.Stats().Steps == res.Round {
+		err = t.Apply(func(w, mom []float32, p *params.Progress) error {
+			if len(res.Params) != len(w) || len(res.Momentum) != len(mom) {
+				return fmt.Errorf("node: sync model of %d values, ours has %d", len(res.Params), len(w))
+			}
+			copy(w, res.Params)
+			copy(mom, res.Momentum)
+			*p = res.Progress
+			return nil
+		})
+	} else {
+		// A join: the group's step count too, so members stay in lockstep
+		// by step (round r is every member's step r).
+		st := t.State()
+		st.Params, st.Momentum, st.Step, st.Progress = res.Params, res.Momentum, res.Round, res.Progress
+		err = t.Restore(st)
+	}
+	if err != nil {
+		s.log.Warn("sync model not applied", "round", res.Round, "err", err)
+		s.unsync("")
+		return
+	}
+	s.state, s.synced, s.forceLead, s.hint = res, true, false, ""
+	for _, p := range res.Members {
+		delete(s.failed, p) // alive as of this round
+	}
+	if l := s.leader(); l == s.n.id {
+		if err := s.svc.Lead(s.leadBase()); err != nil {
+			s.log.Warn("cannot lead the next sync round", "err", err)
+		}
+	} else {
+		s.svc.Follow(l)
+	}
+	s.setView()
+}
+
+// unsync leaves the group; the next step joins one again, asking via first.
+func (s *syncer) unsync(via peer.ID) {
+	s.synced, s.forceLead, s.hint, s.rejoin = false, false, "", via
+	s.svc.Unsync()
+	s.setView()
+}
+
+func (s *syncer) setView() {
+	v := SyncStatus{Synced: s.synced, Round: s.state.Round, Joins: s.counts.joins, Founded: s.counts.founded,
+		LeadersLost: s.counts.lost, Members: make([]string, 0, len(s.state.Members))}
+	for _, p := range s.state.Members {
+		v.Members = append(v.Members, p.String())
+	}
+	if s.synced {
+		l := s.n.id
+		for _, p := range s.state.Members {
+			if p == s.n.id || s.failed[p].IsZero() {
+				l = p
+				break
+			}
+		}
+		if s.forceLead {
+			l = s.n.id
+		}
+		v.Leader = l.String()
+	}
+	s.mu.Lock()
+	s.view = v
+	s.mu.Unlock()
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
