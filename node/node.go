@@ -51,6 +51,7 @@ type Node struct {
 	ps   *pubsub.PubSub
 	ann  *gossip.Announcer
 	svc  *gossip.Service
+	sync *syncer // sync mode only; see sync.go
 
 	counters gossip.Counters
 	inbound  chan inboundModel
@@ -174,6 +175,11 @@ func (n *Node) startMesh(ctx context.Context) error {
 	if n.ann, err = gossip.NewAnnouncer(n.host, n.ps, ac, n.announcement); err != nil {
 		return err
 	}
+	if n.cfg.Mode == ModeSync {
+		if n.sync, err = n.newSyncer(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -291,6 +297,17 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 		}
 		if err != nil {
 			return nil, err
+		}
+		if n.sync != nil {
+			// Sync mode: the group's average replaces our step's result
+			// before the next step; all of it is the trainer waiting on
+			// the network.
+			began := time.Now()
+			err := n.sync.step(ctx)
+			n.networkWait.Add(int64(time.Since(began)))
+			if err != nil {
+				break
+			}
 		}
 		// Yield between steps: with --threads 1 the trainer would otherwise
 		// hold the only P until preempted, and every network round trip of
@@ -551,6 +568,9 @@ func (n *Node) closeMesh() {
 	n.closeOnce.Do(func() {
 		if n.ann != nil {
 			_ = n.ann.Close()
+		}
+		if n.sync != nil {
+			n.sync.close()
 		}
 		if n.svc != nil {
 			_ = n.svc.Close()
