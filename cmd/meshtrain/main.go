@@ -44,6 +44,8 @@ func commands() map[string]command {
 		"checkpoints": {"list the checkpoints in a data dir", runCheckpoints},
 		"export":      {"write a checkpoint as safetensors", runExport},
 		"id":          {"print this node's peer ID (creating the key if needed)", runID},
+		"status":      {"show what a running node is doing (via its API)", runStatus},
+		"peers":       {"list the peers a running node sees (via its API)", runPeers},
 		"version":     {"print the version", runVersion},
 		"testnet":     {"run a local swarm of nodes on 127.0.0.1 (up, down)", runTestnet},
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshtrain/meshtrain/api"
 	"github.com/meshtrain/meshtrain/averaging"
 	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/node"
@@ -43,6 +44,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	wire := fs.String("wire-dtype", "fp32", "precision of models sent: fp32 or fp16")
 	evalEvery := fs.Duration("eval-every", 10*time.Second, "wall time between test-set evaluations (0: only at epoch ends)")
 	announce := fs.Duration("announce-interval", d.Announce.Interval, "wall time between announcements")
+	apiAddr := fs.String("api", api.DefaultAddr, "serve the REST API, /metrics and the dashboard on this host:port (empty: off)")
 	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
@@ -77,6 +79,9 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	if cfg.Exchange.SendDType, err = gossip.ParseDType(*wire); err != nil {
 		errs = append(errs, err.Error())
 	}
+	if err := checkAPIFlag(*apiAddr); err != nil {
+		errs = append(errs, err.Error())
+	}
 	if len(errs) > 0 {
 		return usageError(e, "%s", strings.Join(errs, "; "))
 	}
@@ -88,9 +93,18 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	if cfg.Announce.FreshWindow < 3**announce {
 		cfg.Announce.FreshWindow, cfg.Announce.MaxAge = 3**announce, 3**announce
 	}
+	srv, err := listenNodeAPI(e, fs, *apiAddr, f.jsonOut)
+	if err != nil {
+		return failure(e, err)
+	}
+	defer srv.stop()
 	return runNode(ctx, e, &f, cfg, func(n *node.Node) {
 		if !f.jsonOut && cfg.Host.Profile == node.ProfileLocal {
 			fmt.Fprintln(e.stdout, "profile local: reachable from this machine only; use --profile lan or public to join other machines")
+		}
+		log, _ := f.logger(e.stderr)
+		if err := srv.start(n, log); err != nil {
+			fmt.Fprintf(e.stderr, "%s: API not started: %v\n", e.name, err)
 		}
 	})
 }
