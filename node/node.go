@@ -77,6 +77,8 @@ type Node struct {
 
 	peerMu     sync.Mutex
 	peerMerges map[peer.ID]int64 // merges per partner, both directions
+
+	snaps SnapshotConfig // set before Run; see snapshots.go
 }
 
 // MergeInfo describes the latest merge.
@@ -262,12 +264,15 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 			Message: fmt.Sprintf("peer %s, mode %s, profile %s, network %q", n.id, n.cfg.Mode, n.cfg.Host.Profile, n.cfg.Host.Network)})
 	}
 
+	n.awaitStart(ctx)
+
 	runCtx, stopLoops := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	evals := make(chan evalRequest, 1)
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); n.evaluator(runCtx, evals, send) }()
 	go func() { defer wg.Done(); n.historian(runCtx) }()
+	go func() { defer wg.Done(); n.snapshotter(runCtx) }()
 	if n.host != nil && n.cfg.Mode == ModeGossip {
 		wg.Add(1)
 		go func() { defer wg.Done(); n.averager(runCtx, send) }()

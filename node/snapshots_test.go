@@ -1,0 +1,168 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/meshtrain/meshtrain/node"
+	"github.com/meshtrain/meshtrain/params"
+)
+
+// offlineConfig trains a small MLP on the synthetic set with no network.
+func offlineConfig() node.Config {
+	c := node.DefaultConfig()
+	c.Offline = true
+	c.Dataset = node.DatasetSynthetic
+	c.Train.Model = "mlp:16"
+	c.Train.Batch = 16
+	c.Train.Epochs = 0
+	c.Train.Schedule = "const"
+	c.Train.BaseStep = time.Millisecond
+	c.Train.Slowdown = 2
+	c.CheckpointEvery = 0
+	return c
+}
+
+func readSnapshot(t *testing.T, path string) ([]float32, map[string]string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	_, v, meta, err := params.ReadSafetensors(f, 0)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return v, meta
+}
+
+func metaInt(t *testing.T, meta map[string]string, key string) int64 {
+	t.Helper()
+	v, err := strconv.ParseInt(meta[key], 10, 64)
+	if err != nil {
+		t.Fatalf("metadata %s=%q: %v", key, meta[key], err)
+	}
+	return v
+}
+
+func TestSnapshotsWaitForStartFileAndRecordCounters(t *testing.T) {
+	dir := t.TempDir()
+	cfg := offlineConfig()
+	cfg.MaxSteps = 60
+	n, err := node.New(t.Context(), cfg, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := filepath.Join(dir, "go")
+	snapDir := filepath.Join(dir, "snaps")
+	if err := n.SetSnapshots(node.SnapshotConfig{Dir: snapDir, Every: 20 * time.Millisecond, StartFile: start}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := n.Run(t.Context(), nil); done <- err }()
+
+	// Held at the start line: no step, no snapshot.
+	time.Sleep(100 * time.Millisecond)
+	if s := n.Trainer().Stats(); s.Steps != 0 {
+		t.Fatalf("trainer took %d steps before the start file existed", s.Steps)
+	}
+	if files, _ := filepath.Glob(filepath.Join(snapDir, node.SnapshotGlob)); len(files) != 0 {
+		t.Fatalf("%d snapshots before the start file existed", len(files))
+	}
+	released := time.Now()
+	if err := os.WriteFile(start, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not finish")
+	}
+
+	files, err := filepath.Glob(filepath.Join(snapDir, node.SnapshotGlob))
+	if err != nil || len(files) < 2 {
+		t.Fatalf("want a first and a final snapshot at least, got %d (%v)", len(files), err)
+	}
+	var lastTime, lastSamples, lastBusy int64 = 0, -1, -1
+	for i, f := range files {
+		v, meta := readSnapshot(t, f)
+		if got := metaInt(t, meta, node.MetaSnapshotSeq); got != int64(i) {
+			t.Errorf("%s: seq %d, want %d", f, got, i)
+		}
+		if len(v) != n.Trainer().Model().Size() {
+			t.Errorf("%s: %d params, want %d", f, len(v), n.Trainer().Model().Size())
+		}
+		if meta[node.MetaModel] != "mlp:16" || meta[node.MetaDataset] != node.DatasetSynthetic || meta[node.MetaSlowdown] != "2" {
+			t.Errorf("%s: metadata %v", f, meta)
+		}
+		ts := metaInt(t, meta, node.MetaTimeUnixNano)
+		samples, busy := metaInt(t, meta, node.MetaSamples), metaInt(t, meta, node.MetaBusyNanos)
+		if ts < released.Add(-10*time.Millisecond).UnixNano() || ts < lastTime || samples < lastSamples || busy < lastBusy {
+			t.Errorf("%s: time %d, samples %d, busy %d do not follow the previous snapshot (%d, %d, %d) after the release at %d",
+				f, ts, samples, busy, lastTime, lastSamples, lastBusy, released.UnixNano())
+		}
+		if step := metaInt(t, meta, node.MetaStep); samples != step*int64(cfg.Train.Batch) {
+			t.Errorf("%s: %d samples after %d steps of %d", f, samples, step, cfg.Train.Batch)
+		}
+		if metaInt(t, meta, node.MetaBaseStepNano) != int64(time.Millisecond) {
+			t.Errorf("%s: base step %s", f, meta[node.MetaBaseStepNano])
+		}
+		final := meta[node.MetaFinal] == "true"
+		if final != (i == len(files)-1) {
+			t.Errorf("%s: final=%v, want it on the last snapshot only", f, final)
+		}
+		lastTime, lastSamples, lastBusy = ts, samples, busy
+	}
+	if lastSamples != cfg.MaxSteps*int64(cfg.Train.Batch) {
+		t.Errorf("final snapshot has %d samples, want every step's %d", lastSamples, cfg.MaxSteps*int64(cfg.Train.Batch))
+	}
+	if want := time.Duration(cfg.MaxSteps) * 2 * time.Millisecond; time.Duration(lastBusy) < want {
+		t.Errorf("final busy %v, less than the %v the emulated steps last", time.Duration(lastBusy), want)
+	}
+}
+
+func TestSnapshotsRefuseBadSettings(t *testing.T) {
+	n, err := node.New(t.Context(), offlineConfig(), nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.SetSnapshots(node.SnapshotConfig{Dir: t.TempDir(), Every: 0}); !errors.Is(err, node.ErrSnapshots) {
+		t.Errorf("zero interval: got %v, want ErrSnapshots", err)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.SetSnapshots(node.SnapshotConfig{Dir: filepath.Join(file, "sub"), Every: time.Second}); !errors.Is(err, node.ErrSnapshots) {
+		t.Errorf("dir under a file: got %v, want ErrSnapshots", err)
+	}
+}
+
+func TestStartFileWaitEndsWithContext(t *testing.T) {
+	cfg := offlineConfig()
+	n, err := node.New(t.Context(), cfg, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.SetSnapshots(node.SnapshotConfig{StartFile: filepath.Join(t.TempDir(), "never")}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	res, err := n.Run(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := res.Trainer.Stats(); s.Steps != 0 {
+		t.Errorf("took %d steps without a start", s.Steps)
+	}
+}
