@@ -45,6 +45,10 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	evalEvery := fs.Duration("eval-every", 10*time.Second, "wall time between test-set evaluations (0: only at epoch ends)")
 	announce := fs.Duration("announce-interval", d.Announce.Interval, "wall time between announcements")
 	apiAddr := fs.String("api", api.DefaultAddr, "serve the REST API, /metrics and the dashboard on this host:port (empty: off)")
+	var snaps node.SnapshotConfig
+	fs.StringVar(&snaps.Dir, "snapshot-dir", "", "write the model and counters here every --snapshot-every, to score after the run (benchmarks)")
+	fs.DurationVar(&snaps.Every, "snapshot-every", time.Second, "wall time between snapshots")
+	fs.StringVar(&snaps.StartFile, "start-file", "", "hold training until this file exists, so a swarm starts at one instant")
 	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
@@ -82,6 +86,9 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	if err := checkAPIFlag(*apiAddr); err != nil {
 		errs = append(errs, err.Error())
 	}
+	if snaps.Dir != "" && snaps.Every <= 0 {
+		errs = append(errs, fmt.Sprintf("--snapshot-every %v: must be > 0", snaps.Every))
+	}
 	if len(errs) > 0 {
 		return usageError(e, "%s", strings.Join(errs, "; "))
 	}
@@ -93,6 +100,11 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	if cfg.Announce.FreshWindow < 3**announce {
 		cfg.Announce.FreshWindow, cfg.Announce.MaxAge = 3**announce, 3**announce
 	}
+	if snaps.Dir != "" {
+		if err := os.MkdirAll(snaps.Dir, 0o755); err != nil {
+			return failure(e, fmt.Errorf("--snapshot-dir: %w", err))
+		}
+	}
 	srv, err := listenNodeAPI(e, fs, *apiAddr, f.jsonOut)
 	if err != nil {
 		return failure(e, err)
@@ -101,6 +113,9 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	return runNode(ctx, e, &f, cfg, func(n *node.Node) {
 		if !f.jsonOut && cfg.Host.Profile == node.ProfileLocal {
 			fmt.Fprintln(e.stdout, "profile local: reachable from this machine only; use --profile lan or public to join other machines")
+		}
+		if err := n.SetSnapshots(snaps); err != nil {
+			fmt.Fprintf(e.stderr, "%s: no snapshots: %v\n", e.name, err)
 		}
 		log, _ := f.logger(e.stderr)
 		if err := srv.start(n, log); err != nil {
