@@ -228,7 +228,10 @@ func TestAnnounceConfigValidate(t *testing.T) {
 		t.Errorf("not ErrBadConfig: %v", err)
 	}
 	c = DefaultAnnounceConfig()
-	c.Interval = 2 * time.Second
+	if c.FreshWindow != 3*c.Interval || c.MaxAge != c.FreshWindow {
+		t.Errorf("default windows %v, %v for interval %v", c.FreshWindow, c.MaxAge, c.Interval)
+	}
+	c.Interval, c.FreshWindow, c.MaxAge = 2*time.Second, 0, 0
 	if d := c.withDerived(); d.FreshWindow != 6*time.Second || d.MaxAge != 6*time.Second {
 		t.Errorf("derived fresh window %v, max age %v", d.FreshWindow, d.MaxAge)
 	}

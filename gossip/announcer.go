@@ -58,11 +58,15 @@ type AnnounceConfig struct {
 	Now func() time.Time
 }
 
-// DefaultAnnounceConfig returns the defaults documented on AnnounceConfig;
-// the caller sets Network and Fingerprint.
+// DefaultAnnounceConfig returns the defaults documented on AnnounceConfig,
+// with the derived windows spelled out (15s for the 5s interval); the
+// caller sets Network and Fingerprint, and should set FreshWindow and
+// MaxAge to 0 (or their own values) when it changes Interval.
 func DefaultAnnounceConfig() AnnounceConfig {
 	return AnnounceConfig{
 		Interval:       5 * time.Second,
+		FreshWindow:    15 * time.Second,
+		MaxAge:         15 * time.Second,
 		MaxSkew:        30 * time.Second,
 		MaxPerInterval: 3,
 		MaxPeers:       4096,
