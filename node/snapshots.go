@@ -21,11 +21,14 @@ import (
 // (MetaModel, MetaDataset, MetaNetwork, MetaFingerprint, MetaSeed, MetaStep,
 // MetaProgress). Counters are cumulative since the trainer was built.
 const (
-	// SnapshotGlob matches the snapshot files in a snapshot dir; their names
-	// sort in the order they were written.
+	// SnapshotGlob matches the snapshot files in a snapshot dir. A mesh
+	// node names its files snap-<peer ID>-<seq>.safetensors, so the nodes of
+	// a swarm can share one dir; an offline node snap-<seq>.safetensors.
 	SnapshotGlob = "snap-*.safetensors"
 
 	MetaSnapshotSeq  = "snapshot_seq"    // 0, 1, 2, ... in write order
+	MetaPeerID       = "peer_id"         // the writer ("" offline)
+	MetaShard        = "shard"           // the writer's --shard
 	MetaTimeUnixNano = "time_unix_ns"    // wall clock when taken
 	MetaSamples      = "samples"         // training samples processed
 	MetaBusyNanos    = "busy_ns"         // compute plus emulated slowness
@@ -100,6 +103,7 @@ func (n *Node) snapshotter(ctx context.Context) {
 		MetaModel: n.trainer.Model().Spec(), MetaDataset: n.cfg.Dataset, MetaNetwork: n.cfg.Train.Network,
 		MetaFingerprint: n.fp.String(), MetaSeed: strconv.FormatUint(n.cfg.Train.Seed, 10),
 		MetaSlowdown: strconv.FormatFloat(n.cfg.Train.Slowdown, 'g', -1, 64),
+		MetaPeerID:   n.id.String(), MetaShard: n.cfg.Train.Shard,
 	}
 	var seq int
 	var buf []float32
@@ -160,7 +164,11 @@ func (n *Node) writeSnapshot(seq int, snap params.Snapshot, s train.Stats, base 
 	meta[MetaBytesSent] = strconv.FormatUint(n.counters.Snapshot().BytesSent, 10)
 	meta[MetaMerges] = itoa(n.merges.Load())
 	meta[MetaFinal] = strconv.FormatBool(final)
-	path := filepath.Join(n.snaps.Dir, fmt.Sprintf("snap-%06d.safetensors", seq))
+	name := fmt.Sprintf("snap-%06d.safetensors", seq)
+	if n.id != "" {
+		name = fmt.Sprintf("snap-%s-%06d.safetensors", n.id, seq)
+	}
+	path := filepath.Join(n.snaps.Dir, name)
 	tmp, err := os.CreateTemp(n.snaps.Dir, ".snap-*")
 	if err != nil {
 		return err

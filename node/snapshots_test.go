@@ -101,7 +101,8 @@ func TestSnapshotsWaitForStartFileAndRecordCounters(t *testing.T) {
 		if len(v) != n.Trainer().Model().Size() {
 			t.Errorf("%s: %d params, want %d", f, len(v), n.Trainer().Model().Size())
 		}
-		if meta[node.MetaModel] != "mlp:16" || meta[node.MetaDataset] != node.DatasetSynthetic || meta[node.MetaSlowdown] != "2" {
+		if meta[node.MetaModel] != "mlp:16" || meta[node.MetaDataset] != node.DatasetSynthetic || meta[node.MetaSlowdown] != "2" ||
+			meta[node.MetaShard] != "all" || meta[node.MetaPeerID] != "" {
 			t.Errorf("%s: metadata %v", f, meta)
 		}
 		ts := metaInt(t, meta, node.MetaTimeUnixNano)
