@@ -67,7 +67,8 @@ type Node struct {
 	lastAcc     atomic.Uint64
 	lastMerge   atomic.Pointer[MergeInfo]
 	lastCkpt    atomic.Pointer[store.Info]
-	reached     atomic.Bool // UntilAccuracy reached
+	reached     atomic.Bool                     // UntilAccuracy reached
+	reachedSnap atomic.Pointer[params.Snapshot] // the snapshot that reached it
 
 	closeOnce sync.Once
 
@@ -364,6 +365,19 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 	}
 	res.Finished = res.Finished || n.reached.Load() || (ctx.Err() == nil && (n.cfg.MaxSteps > 0 || n.cfg.Duration > 0))
 	stopAll()
+	if snap := n.reachedSnap.Load(); snap != nil {
+		// Steps and merges after the snapshot that reached the target may
+		// have drifted below it; the run ends with the model that reached
+		// it, so the final event, checkpoint and --save agree with the
+		// reason the run stopped.
+		if err := t.Apply(func(w, _ []float32, p *params.Progress) error {
+			copy(w, snap.Params)
+			*p = snap.Progress
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
 	r, err := t.Evaluate(n.test)
 	if err != nil {
 		return nil, err
@@ -409,7 +423,9 @@ func (n *Node) evaluator(ctx context.Context, in <-chan evalRequest, send func(E
 			}
 			send(e)
 			if n.cfg.UntilAccuracy > 0 && r.Accuracy >= n.cfg.UntilAccuracy {
-				n.reached.Store(true)
+				if n.reachedSnap.CompareAndSwap(nil, &req.snap) {
+					n.reached.Store(true)
+				}
 			}
 		}
 	}
