@@ -64,6 +64,16 @@
     return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * mag;
   }
 
+  // tickLabel prints an axis value with as many decimals as the tick
+  // spacing needs, so neighbouring labels never read the same.
+  function tickLabel(v, step) {
+    let scale = 1, suffix = "";
+    const a = Math.max(Math.abs(v), step);
+    if (a >= 1e7) { scale = 1e6; suffix = "M"; } else if (a >= 1e4) { scale = 1e3; suffix = "k"; }
+    const d = Math.max(0, Math.min(6, -Math.floor(Math.log10(step / scale) + 1e-9)));
+    return (v / scale).toFixed(d) + suffix;
+  }
+
   function relTime(ms) {
     const s = Math.round(ms / 1000);
     if (s === 0) return "now";
@@ -96,20 +106,36 @@
       ctx.fillText(opts.empty || "waiting for data", w / 2, h / 2);
       return;
     }
-    const pad = { l: 46, r: 10, t: 8, b: 20 };
-    const pw = w - pad.l - pad.r, ph = h - pad.t - pad.b;
     let x0 = valid[0].x, x1 = valid[valid.length - 1].x;
     if (x1 - x0 < 1000) x0 = x1 - 1000;
     let y0 = Math.min(...valid.map((p) => p.y)), y1 = Math.max(...valid.map((p) => p.y));
-    if (opts.zero) y0 = Math.min(0, y0);
-    if (y1 - y0 < 1e-9) { const d = Math.abs(y1) * 0.1 || 1; y0 -= d; y1 += d; }
-    const step = niceStep(y1 - y0, 4);
-    y0 = Math.floor(y0 / step) * step;
-    y1 = Math.ceil(y1 / step) * step;
-    if (opts.max !== undefined) y1 = Math.min(y1, opts.max);
-    if (opts.min !== undefined) y0 = Math.max(y0, opts.min);
+    // A loss that spans orders of magnitude reads best on a log scale;
+    // T maps values to the axis either way.
+    const log = opts.log && y0 > 0 && y1 / y0 > 30;
+    const T = log ? Math.log10 : (v) => v;
+    const ticks = [];
+    let labels;
+    if (log) {
+      y0 = Math.floor(Math.log10(y0));
+      y1 = Math.ceil(Math.log10(y1));
+      for (let k = y0; k <= y1; k++) ticks.push(k);
+      labels = ticks.map((k) => String(Number((10 ** k).toPrecision(1))));
+    } else {
+      if (opts.zero) y0 = Math.min(0, y0);
+      if (y1 - y0 < 1e-9) { const d = Math.abs(y1) * 0.1 || 1; y0 -= d; y1 += d; }
+      const step = niceStep(y1 - y0, 4);
+      y0 = Math.floor(y0 / step) * step;
+      y1 = Math.ceil(y1 / step) * step;
+      if (opts.max !== undefined) y1 = Math.min(y1, opts.max);
+      if (opts.min !== undefined) y0 = Math.max(y0, opts.min);
+      for (let v = y0; v <= y1 + step / 2; v += step) ticks.push(v);
+      labels = ticks.map((v) => tickLabel(v, step) + (opts.unit || ""));
+    }
+    // The left margin fits the widest label.
+    const pad = { l: Math.ceil(Math.max(...labels.map((l) => ctx.measureText(l).width))) + 10, r: 10, t: 8, b: 20 };
+    const pw = w - pad.l - pad.r, ph = h - pad.t - pad.b;
     const X = (x) => pad.l + ((x - x0) / (x1 - x0)) * pw;
-    const Y = (y) => pad.t + (1 - (y - y0) / (y1 - y0)) * ph;
+    const Y = (y) => pad.t + (1 - (T(y) - y0) / (y1 - y0)) * ph;
 
     // grid and y labels
     ctx.strokeStyle = "#edf0f4";
@@ -117,11 +143,11 @@
     ctx.lineWidth = 1;
     ctx.textAlign = "right";
     ctx.textBaseline = "middle";
-    for (let v = y0; v <= y1 + step / 2; v += step) {
-      const y = Math.round(Y(v)) + 0.5;
+    ticks.forEach((v, i) => {
+      const y = Math.round(pad.t + (1 - (v - y0) / (y1 - y0)) * ph) + 0.5;
       ctx.beginPath(); ctx.moveTo(pad.l, y); ctx.lineTo(w - pad.r, y); ctx.stroke();
-      ctx.fillText(opts.tick(v), pad.l - 6, y);
-    }
+      ctx.fillText(labels[i], pad.l - 6, y);
+    });
     // x labels: time relative to the newest point
     ctx.textBaseline = "top";
     for (let i = 0; i <= 3; i++) {
@@ -137,9 +163,9 @@
     const flush = () => {
       if (run.length === 0) return;
       ctx.beginPath();
-      ctx.moveTo(X(run[0].x), Y(y0));
+      ctx.moveTo(X(run[0].x), pad.t + ph);
       run.forEach((p) => ctx.lineTo(X(p.x), Y(p.y)));
-      ctx.lineTo(X(run[run.length - 1].x), Y(y0));
+      ctx.lineTo(X(run[run.length - 1].x), pad.t + ph);
       ctx.closePath();
       ctx.fillStyle = grad;
       ctx.fill();
@@ -162,9 +188,9 @@
 
   const charts = [
     {
-      fig: $("#chart-loss"), color: "#3563e9", zero: false,
+      fig: $("#chart-loss"), color: "#3563e9", zero: false, log: true,
       series: (h) => h.map((p) => ({ x: Date.parse(p.time), y: p.loss })),
-      format: (v) => v.toFixed(4), tick: compact,
+      format: (v) => v.toFixed(4),
     },
     {
       // The node records accuracy 0 until its first evaluation; those
@@ -175,12 +201,12 @@
         const first = h.findIndex((p) => finite(p.accuracy) && p.accuracy > 0);
         return first < 0 ? [] : h.slice(first).map((p) => ({ x: Date.parse(p.time), y: finite(p.accuracy) ? 100 * p.accuracy : null }));
       },
-      format: (v) => v.toFixed(2) + "%", tick: (v) => compact(v) + "%",
+      format: (v) => v.toFixed(2) + "%", unit: "%",
     },
     {
       fig: $("#chart-speed"), color: "#c9691a", zero: true,
       series: (h) => h.map((p) => ({ x: Date.parse(p.time), y: p.samples_per_s })),
-      format: (v) => compact(v) + "/s", tick: compact,
+      format: (v) => compact(v) + "/s",
     },
   ];
 
