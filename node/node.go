@@ -331,7 +331,7 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 			lastCkpt = now
 		}
 		epochEnd := t.Stats().Epoch != stats.Epoch
-		if epochEnd || (n.cfg.EvalEvery > 0 && now.Sub(lastEval) >= n.cfg.EvalEvery) {
+		if !n.snaps.NoEval && (epochEnd || (n.cfg.EvalEvery > 0 && now.Sub(lastEval) >= n.cfg.EvalEvery)) {
 			// Offer the evaluator a snapshot; if it is still busy with the
 			// previous one, skip this one rather than wait.
 			kind := "eval"

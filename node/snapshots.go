@@ -55,6 +55,10 @@ type SnapshotConfig struct {
 	// is up and has found the others. The host serves and announces while
 	// it waits.
 	StartFile string
+	// NoEval turns off the node's own test-set evaluations while it
+	// trains (a harness scores the snapshots instead): on one core they
+	// would take time from the trainer. --until-accuracy then never fires.
+	NoEval bool
 }
 
 // SetSnapshots configures snapshot files and the start file; call it before

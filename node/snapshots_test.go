@@ -167,3 +167,33 @@ func TestStartFileWaitEndsWithContext(t *testing.T) {
 		t.Errorf("took %d steps without a start", s.Steps)
 	}
 }
+
+func TestNoEvalSkipsEvaluationsWhileTraining(t *testing.T) {
+	for _, noEval := range []bool{false, true} {
+		cfg := offlineConfig()
+		cfg.MaxSteps = 300 // more than two epochs of the 2000 synthetic samples at batch 16
+		n, err := node.New(t.Context(), cfg, nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.SetSnapshots(node.SnapshotConfig{NoEval: noEval}); err != nil {
+			t.Fatal(err)
+		}
+		var evals, finals int
+		_, err = n.Run(t.Context(), func(e node.Event) {
+			switch e.Event {
+			case "eval", "epoch":
+				evals++
+			case "final":
+				finals++
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The evaluator may skip an epoch end while busy, never all of them.
+		if noEval && evals != 0 || !noEval && evals == 0 || finals != 1 {
+			t.Errorf("NoEval=%v: %d evaluations while training and %d final events", noEval, evals, finals)
+		}
+	}
+}

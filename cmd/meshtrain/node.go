@@ -49,6 +49,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	fs.StringVar(&snaps.Dir, "snapshot-dir", "", "write the model and counters here every --snapshot-every, to score after the run (benchmarks)")
 	fs.DurationVar(&snaps.Every, "snapshot-every", time.Second, "wall time between snapshots")
 	fs.StringVar(&snaps.StartFile, "start-file", "", "hold training until this file exists, so a swarm starts at one instant")
+	fs.BoolVar(&snaps.NoEval, "no-eval", false, "no test-set evaluation while training (score --snapshot-dir files instead); --until-accuracy never fires")
 	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
