@@ -644,3 +644,28 @@ func TestConcurrentRequests(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkModel builds /v1/model for the default MNIST MLP (235,146
+// parameters, 0.94 MB).
+func BenchmarkModel(b *testing.B) {
+	f := newFake()
+	f.layout = params.MustLayout(
+		params.TensorSpec{Name: "fc1.weight", Shape: []int{256, 784}}, params.TensorSpec{Name: "fc1.bias", Shape: []int{256}},
+		params.TensorSpec{Name: "fc2.weight", Shape: []int{128, 256}}, params.TensorSpec{Name: "fc2.bias", Shape: []int{128}},
+		params.TensorSpec{Name: "fc3.weight", Shape: []int{10, 128}}, params.TensorSpec{Name: "fc3.bias", Shape: []int{10}})
+	f.snap.Params = make([]float32, f.layout.Size())
+	s, err := New(f, DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := httptest.NewRequest("GET", "/v1/model", nil)
+	b.SetBytes(int64(4 * f.layout.Size()))
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			b.Fatal(rec.Code)
+		}
+	}
+}

@@ -6,8 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -217,6 +219,32 @@ func TestE2EDashboardInBrowser(t *testing.T) {
 		}
 	}
 	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
+
+	// The model the API hands out is one `meshtrain eval` can score.
+	resp, err := http.Get(a.api + "/v1/model")
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/v1/model: %s, %v", resp.Status, err)
+	}
+	file := filepath.Join(t.TempDir(), "model.safetensors")
+	if err := os.WriteFile(file, model, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary, "eval", file, "--json").Output()
+	if err != nil {
+		t.Fatalf("eval of the downloaded model: %v", err)
+	}
+	var ev struct {
+		TestAccuracy float64 `json:"test_accuracy"`
+	}
+	if err := json.Unmarshal(out, &ev); err != nil || ev.TestAccuracy < 0.5 {
+		t.Fatalf("eval of the downloaded model: %s", out)
+	}
+	t.Logf("downloaded model (%d bytes, step %s): test accuracy %.4f", len(model), resp.Header.Get("X-Meshtrain-Step"), ev.TestAccuracy)
 
 	// A node stopped with SIGINT shuts its API down and exits cleanly.
 	for _, n := range []*browserNode{b, a} {
