@@ -936,24 +936,35 @@ func (s *SyncService) handle(st network.Stream) {
 			members = sb.members
 			a.MemberCount = len(sb.state.Members)
 		}
-		s.finishStream(x, st, a, members, nil)
+		// Counted before the answer leaves, so a peer that has it can
+		// rely on the count.
 		s.rj.reject(p, err)
+		s.finishStream(x, st, a, members, nil, nil)
 		return
 	}
-	defer s.leave(p, q.Kind)
+	// The peer's slot is freed before our side ends, so a peer that reads
+	// our answer and comes straight back is not refused as a duplicate.
+	left := false
+	leave := func() {
+		if !left {
+			left = true
+			s.leave(p, q.Kind)
+		}
+	}
+	defer leave()
 	defer s.protect(p)()
-	if q.Kind == SyncJoin {
-		if !detach() {
-			_ = st.Reset()
-			return
-		}
-		a.MemberCount = len(sb.state.Members)
-		if s.finishStream(x, st, a, sb.members, &sb.frames) {
-			s.stats.joinsServed.Add(1)
-		}
+	if q.Kind == SyncContribute {
+		s.serveContribution(x, st, p, q, a, r, detach, leave)
 		return
 	}
-	s.serveContribution(x, st, p, q, r, detach)
+	if !detach() {
+		_ = st.Reset()
+		return
+	}
+	a.MemberCount = len(sb.state.Members)
+	if s.finishStream(x, st, a, sb.members, &sb.frames, leave) {
+		s.stats.joinsServed.Add(1)
+	}
 }
 
 // admit decides on a request before any payload moves. For an admitted join
@@ -1047,7 +1058,8 @@ func (s *SyncService) leave(p peer.ID, k SyncKind) {
 
 // serveContribution reads an admitted contribution, enters it into its
 // round, waits for the round and answers with the average.
-func (s *SyncService) serveContribution(x *streamIO, st network.Stream, p peer.ID, q SyncRequest, r *syncRound, detach func() bool) {
+func (s *SyncService) serveContribution(x *streamIO, st network.Stream, p peer.ID, q SyncRequest, goAhead SyncAnswer,
+	r *syncRound, detach func() bool, leave func()) {
 	counted := true
 	uncount := func() {
 		if counted {
@@ -1060,16 +1072,22 @@ func (s *SyncService) serveContribution(x *streamIO, st network.Stream, p peer.I
 		uncount()
 		s.mu.Unlock()
 	}()
+	hb := goAhead.Marshal()
+	if err := x.writeAll(hb[:]); err != nil {
+		_ = st.Reset()
+		s.rj.reject(p, streamErr(s.ctx, fmt.Errorf("write sync answer: %w", err)))
+		return
+	}
 	c, err := s.readContribution(x, q, r.base)
 	if err != nil {
 		// A contribution that arrived whole but is bad gets an answer: the
 		// member has finished writing and waits for one.
+		s.rj.reject(p, streamErr(s.ctx, err))
 		if rs := ReasonOf(err); rs == ReasonChecksum || rs == ReasonNonFinite || rs == ReasonProtocol {
-			s.finishStream(x, st, SyncAnswer{Code: SyncRejected, Reason: rs}, nil, nil)
+			s.finishStream(x, st, SyncAnswer{Code: SyncRejected, Reason: rs}, nil, nil, leave)
 		} else {
 			_ = st.Reset()
 		}
-		s.rj.reject(p, streamErr(s.ctx, err))
 		return
 	}
 	if !detach() {
@@ -1090,7 +1108,7 @@ func (s *SyncService) serveContribution(x *streamIO, st network.Stream, p peer.I
 	s.mu.Unlock()
 	if !in {
 		// The round closed while the contribution was on its way.
-		s.finishStream(x, st, SyncAnswer{Code: SyncStale, Round: r.base.state.Round, Progress: r.base.state.Progress}, nil, nil)
+		s.finishStream(x, st, SyncAnswer{Code: SyncStale, Round: r.base.state.Round, Progress: r.base.state.Progress}, nil, nil, leave)
 		return
 	}
 	s.stats.received.Add(1)
@@ -1113,12 +1131,12 @@ func (s *SyncService) serveContribution(x *streamIO, st network.Stream, p peer.I
 		if a.Code != SyncStale && a.Code != SyncAhead {
 			a.Round, a.Progress = 0, 0
 		}
-		s.finishStream(x, st, a, members, nil)
+		s.finishStream(x, st, a, members, nil, leave)
 		return
 	}
 	res := r.result
 	s.finishStream(x, st, SyncAnswer{Round: res.state.Round, Progress: res.state.Progress, MemberCount: len(res.state.Members)},
-		res.members, &res.frames)
+		res.members, &res.frames, leave)
 }
 
 // readContribution reads a contribution's two frames and the end of the
@@ -1148,9 +1166,10 @@ func (s *SyncService) readContribution(x *streamIO, q SyncRequest, base *syncBas
 	return c, nil
 }
 
-// finishStream writes a final answer (header, member list, frames), ends our
-// side and closes; it resets the stream if any of that fails.
-func (s *SyncService) finishStream(x *streamIO, st network.Stream, a SyncAnswer, members []byte, frames *[2]*Frame) bool {
+// finishStream writes a final answer (header, member list, frames), calls
+// release (if set) after the last byte, ends our side and closes; it resets
+// the stream if any of that fails.
+func (s *SyncService) finishStream(x *streamIO, st network.Stream, a SyncAnswer, members []byte, frames *[2]*Frame, release func()) bool {
 	a.MembersSize = len(members)
 	hb := a.Marshal()
 	err := x.writeAll(append(hb[:], members...))
@@ -1161,6 +1180,9 @@ func (s *SyncService) finishStream(x *streamIO, st network.Stream, a SyncAnswer,
 				break
 			}
 		}
+	}
+	if release != nil {
+		release()
 	}
 	if err == nil {
 		err = st.CloseWrite()
@@ -1268,7 +1290,11 @@ func (s *SyncService) request(ctx context.Context, p peer.ID, q SyncRequest, up 
 	defer cancel()
 	defer context.AfterFunc(s.ctx, cancel)()
 	defer s.protect(p)()
-	st, err := s.h.NewStream(ctx, p, SyncProtocolID)
+	// A dead peer's address may take a dial timeout to give up on (QUIC
+	// gets no answer from a closed port); a member cannot wait that long.
+	octx, ocancel := context.WithTimeout(ctx, s.cfg.ChunkTimeout)
+	st, err := s.h.NewStream(octx, p, SyncProtocolID)
+	ocancel()
 	if err != nil {
 		return SyncState{}, GroupInfo{}, fmt.Errorf("gossip: sync %s with %s: open stream: %w", q.Kind, p, err)
 	}
@@ -1402,6 +1428,12 @@ func (s *SyncService) readAnswer(x *streamIO, p peer.ID, first bool) (SyncAnswer
 		}
 	}
 	if a.Code != SyncOK {
+		// The end of the stream says the responder has freed our slot: a
+		// member acting on the refusal at once is not refused again as a
+		// duplicate.
+		if err := x.expectEOF(); ReasonOf(err) == ReasonProtocol {
+			return a, nil, err
+		}
 		ref := &SyncRefusal{Peer: p, Code: a.Code, Reason: a.Reason, Round: a.Round}
 		if len(members) == 1 {
 			ref.Leader = members[0]

@@ -1,0 +1,574 @@
+package gossip
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/meshtrain/meshtrain/params"
+)
+
+const syncN = 5000 // 20 KB per vector: two chunks of 16 KiB
+
+func syncTestConfig() SyncConfig {
+	c := DefaultSyncConfig()
+	c.Fingerprint = testFP
+	c.Elements = syncN
+	c.MaxElements = 1 << 20
+	c.ChunkSize = 4 * MinChunkSize
+	c.ChunkTimeout = 500 * time.Millisecond
+	c.Timeout = 2 * time.Second
+	c.MaxProgressDelta = 64
+	c.Logger = slog.New(slog.DiscardHandler)
+	return c
+}
+
+type syncPeer struct {
+	h   host.Host
+	svc *SyncService
+}
+
+func newSyncPeer(t *testing.T, cfg SyncConfig) *syncPeer {
+	t.Helper()
+	h := newHost(t, "tcp", testConfig(syncN))
+	svc, err := NewSyncService(h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Close() })
+	return &syncPeer{h: h, svc: svc}
+}
+
+func (p *syncPeer) id() peer.ID { return p.h.ID() }
+
+// meshOf connects every pair.
+func meshOf(t *testing.T, ps ...*syncPeer) {
+	t.Helper()
+	for i, a := range ps {
+		for _, b := range ps[i+1:] {
+			connect(t, a.h, b.h)
+		}
+	}
+}
+
+func randVec(n int, seed uint64) []float32 {
+	r := rand.New(rand.NewPCG(seed, 7))
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64())
+	}
+	return v
+}
+
+func contribution(round int64, progress params.Progress, seed uint64) Contribution {
+	return Contribution{Round: round, Progress: progress, Params: randVec(syncN, seed), Momentum: randVec(syncN, seed+1000)}
+}
+
+func sortedIDs(ps ...*syncPeer) []peer.ID {
+	var out []peer.ID
+	for _, p := range ps {
+		out = append(out, p.id())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func refusal(t *testing.T, err error, want SyncCode) *SyncRefusal {
+	t.Helper()
+	var ref *SyncRefusal
+	if !errors.As(err, &ref) || ref.Code != want {
+		t.Fatalf("got %v, want a %s refusal", err, want)
+	}
+	return ref
+}
+
+func TestSyncRequestWire(t *testing.T) {
+	q := SyncRequest{Kind: SyncContribute, Fingerprint: testFP, Elements: 3, Round: 258}
+	b := q.Marshal()
+	// The layout of docs/protocol.md, byte for byte.
+	want := "4d545351" + "01" + "01" + "0000" + hex.EncodeToString(testFP[:]) +
+		"0300000000000000" + "0201000000000000" + "0000000000000000"
+	if got := hex.EncodeToString(b[:]); got != want {
+		t.Fatalf("request\n got %s\nwant %s", got, want)
+	}
+	if got, err := ParseSyncRequest(b[:]); err != nil || got != q {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(b []byte) []byte
+		want error
+	}{
+		{"short", func(b []byte) []byte { return b[:SyncRequestSize-1] }, ErrShortRead},
+		{"magic", func(b []byte) []byte { b[0] = 'X'; return b }, ErrBadMagic},
+		{"version", func(b []byte) []byte { b[4] = 2; return b }, ErrBadVersion},
+		{"kind 0", func(b []byte) []byte { b[5] = 0; return b }, ErrProtocol},
+		{"kind 4", func(b []byte) []byte { b[5] = 4; return b }, ErrProtocol},
+		{"reserved", func(b []byte) []byte { b[7] = 1; return b }, ErrProtocol},
+		{"reserved tail", func(b []byte) []byte { b[63] = 1; return b }, ErrProtocol},
+		{"round overflow", func(b []byte) []byte { b[55] = 0x80; return b }, ErrProtocol},
+		{"contribution to round 0", func(b []byte) []byte { clear(b[48:56]); return b }, ErrProtocol},
+		{"join for a round", func(b []byte) []byte { b[5] = byte(SyncJoin); return b }, ErrProtocol},
+	} {
+		bb := q.Marshal()
+		if _, err := ParseSyncRequest(c.edit(bb[:])); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+}
+
+func TestSyncAnswerWire(t *testing.T) {
+	a := SyncAnswer{Code: SyncOK, Round: 7, Progress: 448, MemberCount: 2, MembersSize: 78}
+	b := a.Marshal()
+	want := "4d545341" + "01" + "00" + "00" + "00" + "0700000000000000" + "0000000000007c40" + "0200" + "4e00" + "00000000"
+	if got := hex.EncodeToString(b[:]); got != want {
+		t.Fatalf("answer\n got %s\nwant %s", got, want)
+	}
+	if got, err := ParseSyncAnswer(b[:]); err != nil || got != a {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	for _, c := range []struct {
+		name string
+		a    SyncAnswer
+		want error
+	}{
+		{"unknown code", SyncAnswer{Code: 8}, ErrProtocol},
+		{"rejected without reason", SyncAnswer{Code: SyncRejected}, ErrProtocol},
+		{"reason without rejection", SyncAnswer{Code: SyncBusy, Reason: ReasonBusy}, ErrProtocol},
+		{"NaN progress", SyncAnswer{Progress: params.Progress(math.NaN())}, ErrNonFinite},
+		{"negative progress", SyncAnswer{Progress: -1}, ErrProtocol},
+		{"too many members", SyncAnswer{MemberCount: MaxSyncMembers + 1, MembersSize: 3000}, ErrOversize},
+		{"members in too few bytes", SyncAnswer{MemberCount: 2, MembersSize: 3}, ErrProtocol},
+		{"members in too many bytes", SyncAnswer{MemberCount: 1, MembersSize: 66}, ErrProtocol},
+		{"bytes without members", SyncAnswer{MembersSize: 4}, ErrProtocol},
+		{"a stale answer with members", SyncAnswer{Code: SyncStale, MemberCount: 1, MembersSize: 39}, ErrProtocol},
+		{"two leaders", SyncAnswer{Code: SyncNotLeader, MemberCount: 2, MembersSize: 78}, ErrProtocol},
+	} {
+		bb := c.a.Marshal()
+		if _, err := ParseSyncAnswer(bb[:]); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	bb := a.Marshal()
+	bb[31] = 1
+	if _, err := ParseSyncAnswer(bb[:]); !errors.Is(err, ErrProtocol) {
+		t.Errorf("reserved bytes: %v", err)
+	}
+	bb = a.Marshal()
+	bb[15] = 0x80
+	if _, err := ParseSyncAnswer(bb[:]); !errors.Is(err, ErrProtocol) {
+		t.Errorf("round overflow: %v", err)
+	}
+}
+
+func testIDs(t testing.TB, n int) []peer.ID {
+	t.Helper()
+	ids := make([]peer.ID, n)
+	for i := range ids {
+		var err error
+		if ids[i], err = peer.Decode([]string{
+			"12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN",
+			"QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N",
+			"12D3KooWRBy97UB99e3J6hiPesre1MZeuNQvfan4gBziswrRJsNK",
+		}[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func TestSyncMembers(t *testing.T) {
+	ids := testIDs(t, 3)
+	b := AppendMembers(nil, ids)
+	got, err := ParseMembers(b, len(ids))
+	if err != nil || !slices.Equal(got, ids) {
+		t.Fatalf("round trip: %v, %v", got, err)
+	}
+	if got, err := ParseMembers(nil, 0); err != nil || len(got) != 0 {
+		t.Fatalf("empty list: %v, %v", got, err)
+	}
+	swapped := AppendMembers(nil, []peer.ID{ids[1], ids[0]})
+	twice := AppendMembers(nil, []peer.ID{ids[0], ids[0]})
+	long := append([]byte{65}, bytes.Repeat([]byte{1}, 65)...)
+	garbage := []byte{3, 0xff, 0xff, 0xff}
+	for _, c := range []struct {
+		name  string
+		b     []byte
+		count int
+		want  error
+	}{
+		{"not ascending", swapped, 2, ErrProtocol},
+		{"duplicate", twice, 2, ErrProtocol},
+		{"truncated", b[:len(b)-1], 3, ErrProtocol},
+		{"missing", b, 4, ErrProtocol},
+		{"trailing bytes", b, 2, ErrProtocol},
+		{"empty ID", []byte{0}, 1, ErrProtocol},
+		{"ID too long", long, 1, ErrProtocol},
+		{"not a multihash", garbage, 1, ErrProtocol},
+		{"too many", nil, MaxSyncMembers + 1, ErrOversize},
+	} {
+		if _, err := ParseMembers(c.b, c.count); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+}
+
+func TestSyncConfigValidate(t *testing.T) {
+	if err := syncTestConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c := SyncConfig{MaxProgressDelta: math.Inf(1)}
+	err := c.Validate()
+	for _, field := range []string{"Fingerprint", "MaxElements", "ChunkSize", "ChunkTimeout", "Timeout", "MaxMembers", "MaxJoins", "MaxPending", "MaxProgressDelta"} {
+		if err == nil || !bytes.Contains([]byte(err.Error()), []byte(field)) {
+			t.Errorf("Validate of the zero config does not name %s: %v", field, err)
+		}
+	}
+}
+
+// TestSyncRound runs a round between a leader and two members on real
+// hosts: everyone gets the same average, the group's progress adds every
+// batch, and the next round opens expecting the contributors.
+func TestSyncRound(t *testing.T) {
+	checkLeaks(t)
+	cfg := syncTestConfig()
+	l, a, b := newSyncPeer(t, cfg), newSyncPeer(t, cfg), newSyncPeer(t, cfg)
+	meshOf(t, l, a, b)
+	group := sortedIDs(l, a, b)
+	base := SyncState{Round: 5, Progress: 100, Params: randVec(syncN, 1), Momentum: randVec(syncN, 2), Members: group}
+	if err := l.svc.Lead(base); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.svc.Lead(base); err != nil { // leading it already: no change
+		t.Fatal(err)
+	}
+	cs := []Contribution{contribution(6, 116, 10), contribution(6, 116, 20), contribution(6, 116, 30)}
+	results := make([]SyncState, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	ctx := t.Context()
+	wg.Go(func() { results[1], errs[1] = a.svc.Contribute(ctx, l.id(), cs[1]) })
+	wg.Go(func() { results[2], errs[2] = b.svc.Contribute(ctx, l.id(), cs[2]) })
+	results[0], errs[0] = l.svc.Reduce(ctx, cs[0])
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range results {
+		if r.Round != 6 || r.Progress != 100+3*16 || !slices.Equal(r.Members, group) {
+			t.Fatalf("result %d: round %d progress %v members %v", i, r.Round, float64(r.Progress), r.Members)
+		}
+		if !slices.Equal(r.Params, results[0].Params) || !slices.Equal(r.Momentum, results[0].Momentum) {
+			t.Fatalf("member %d got another average than the leader", i)
+		}
+	}
+	for j := range syncN {
+		var w, m float64
+		for _, c := range cs {
+			w += float64(c.Params[j]) / 3
+			m += float64(c.Momentum[j]) / 3
+		}
+		if math.Abs(w-float64(results[0].Params[j])) > 1e-6 || math.Abs(m-float64(results[0].Momentum[j])) > 1e-6 {
+			t.Fatalf("element %d: (%g, %g), mean is (%g, %g)", j, results[0].Params[j], results[0].Momentum[j], w, m)
+		}
+	}
+	if s := l.svc.Stats(); s.RoundsLed != 1 || s.ContributionsReceived != 2 {
+		t.Errorf("leader stats %+v", s)
+	}
+	if s := a.svc.Stats(); s.RoundsDone != 1 {
+		t.Errorf("member stats %+v", s)
+	}
+	for r, n := range l.svc.Counters().Snapshot().Rejected {
+		if n != 0 {
+			t.Errorf("honest round counted as %v", r)
+		}
+	}
+
+	// The next round is open; its base is the result, which a probe sees.
+	g, err := a.svc.Probe(ctx, l.id())
+	if err != nil || g.Leader != l.id() || g.Round != 6 || g.Progress != 148 || !slices.Equal(g.Members, group) {
+		t.Fatalf("probe: %+v, %v", g, err)
+	}
+	// A contribution to a closed round, and one to a round not yet open.
+	ref := refusal(t, contributeErr(a, l, contribution(6, 164, 40)), SyncStale)
+	if ref.Round != 6 {
+		t.Errorf("stale refusal names round %d, want 6", ref.Round)
+	}
+	refusal(t, contributeErr(a, l, contribution(8, 164, 40)), SyncAhead)
+	if s := l.svc.Stats(); s.StaleRounds != 2 || l.svc.Counters().Rejected(ReasonStale) != 2 {
+		t.Errorf("stale rounds %d, rejected stale %d, want 2 and 2", s.StaleRounds, l.svc.Counters().Rejected(ReasonStale))
+	}
+}
+
+func contributeErr(from, to *syncPeer, c Contribution) error {
+	_, err := from.svc.Contribute(context.Background(), to.id(), c)
+	return err
+}
+
+// TestSyncDeadline: members that do not contribute by the round's deadline
+// are dropped, a second contribution from one peer is refused as a
+// duplicate, and a joiner gets the base model and is expected next.
+func TestSyncDeadline(t *testing.T) {
+	checkLeaks(t)
+	cfg := syncTestConfig()
+	cfg.Timeout = 400 * time.Millisecond
+	l, a, b, c := newSyncPeer(t, cfg), newSyncPeer(t, cfg), newSyncPeer(t, cfg), newSyncPeer(t, cfg)
+	meshOf(t, l, a, b, c)
+	base := SyncState{Round: 0, Progress: 0, Params: randVec(syncN, 1), Momentum: make([]float32, syncN), Members: sortedIDs(l, a, b)}
+	if err := l.svc.Lead(base); err != nil {
+		t.Fatal(err)
+	}
+	// c joins: it gets the base and the group it will be part of.
+	j, err := c.svc.Join(t.Context(), l.id())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Round != 0 || !slices.Equal(j.Params, base.Params) || !slices.Equal(j.Members, base.Members) {
+		t.Fatalf("join got round %d, %d members", j.Round, len(j.Members))
+	}
+	// a contributes and waits; its second stream is a duplicate.
+	var wg sync.WaitGroup
+	var aRes SyncState
+	var aErr error
+	wg.Go(func() { aRes, aErr = a.svc.Contribute(t.Context(), l.id(), contribution(1, 16, 3)) })
+	eventually(t, "a's contribution to arrive", func() bool { return l.svc.Stats().ContributionsReceived == 1 })
+	refusal(t, contributeErr(a, l, contribution(1, 16, 4)), SyncDuplicate)
+	if l.svc.Stats().Duplicates != 1 || l.svc.Counters().Rejected(ReasonProtocol) != 1 {
+		t.Errorf("duplicate not counted: %+v", l.svc.Stats())
+	}
+	// b and c never contribute: the round closes on its deadline.
+	res, err := l.svc.Reduce(t.Context(), contribution(1, 16, 5))
+	wg.Wait()
+	if err != nil || aErr != nil {
+		t.Fatal(err, aErr)
+	}
+	if want := sortedIDs(l, a); !slices.Equal(res.Members, want) || !slices.Equal(aRes.Members, want) {
+		t.Fatalf("members %v, want %v", res.Members, want)
+	}
+	if res.Progress != 32 {
+		t.Errorf("progress %v, want 32 (two batches)", float64(res.Progress))
+	}
+	if d := l.svc.Stats().MembersDropped; d != 2 {
+		t.Errorf("dropped %d members, want b and c", d)
+	}
+	// b, late, is told to join again.
+	refusal(t, contributeErr(b, l, contribution(1, 16, 6)), SyncStale)
+}
+
+// TestSyncRoles: an unsynced service and a follower refuse to collect, the
+// follower naming its leader; a leader that steps down tells its waiting
+// members where to go.
+func TestSyncRoles(t *testing.T) {
+	checkLeaks(t)
+	cfg := syncTestConfig()
+	l, a, b := newSyncPeer(t, cfg), newSyncPeer(t, cfg), newSyncPeer(t, cfg)
+	meshOf(t, l, a, b)
+	refusal(t, contributeErr(a, l, contribution(1, 16, 1)), SyncUnsynced)
+	_, err := a.svc.Join(t.Context(), l.id())
+	refusal(t, err, SyncUnsynced)
+	b.svc.Follow(l.id())
+	ref := refusal(t, contributeErr(a, b, contribution(1, 16, 1)), SyncNotLeader)
+	if ref.Leader != l.id() {
+		t.Fatalf("follower names %s as leader, want %s", ref.Leader, l.id())
+	}
+	_, err = a.svc.Probe(t.Context(), b.id())
+	if ref := refusal(t, err, SyncNotLeader); ref.Leader != l.id() {
+		t.Fatalf("probe of a follower names %s", ref.Leader)
+	}
+	if _, err := a.svc.Reduce(t.Context(), contribution(1, 16, 1)); !errors.Is(err, ErrNotLeading) {
+		t.Fatalf("Reduce on a service that does not lead: %v", err)
+	}
+	if err := l.svc.Lead(SyncState{Params: randVec(syncN, 1), Momentum: randVec(syncN, 2), Members: []peer.ID{a.id()}}); err == nil {
+		t.Fatal("led a group without us in it")
+	}
+
+	// l leads, a contributes and waits; l hands over to b.
+	base := SyncState{Params: randVec(syncN, 1), Momentum: randVec(syncN, 2), Members: sortedIDs(l, a)}
+	if err := l.svc.Lead(base); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- contributeErr(a, l, contribution(1, 16, 7)) }()
+	eventually(t, "a's contribution to arrive", func() bool { return l.svc.Stats().ContributionsReceived == 1 })
+	l.svc.Follow(b.id())
+	if ref := refusal(t, <-done, SyncNotLeader); ref.Leader != b.id() {
+		t.Fatalf("member sent to %s, want %s", ref.Leader, b.id())
+	}
+	// A leader that closes mid-round tells its members so at once.
+	if err := l.svc.Lead(base); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- contributeErr(a, l, contribution(1, 16, 8)) }()
+	eventually(t, "a's contribution to arrive", func() bool { return l.svc.Stats().ContributionsReceived == 2 })
+	_ = l.svc.Close()
+	refusal(t, <-done, SyncNotLeader)
+	if err := l.svc.Lead(base); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Lead after Close: %v", err)
+	}
+}
+
+// TestSyncCloseAfterRound: a leader that closes right after a round still
+// delivers the round's average to its members.
+func TestSyncCloseAfterRound(t *testing.T) {
+	checkLeaks(t)
+	cfg := syncTestConfig()
+	l, a := newSyncPeer(t, cfg), newSyncPeer(t, cfg)
+	meshOf(t, l, a)
+	base := SyncState{Round: 9, Progress: 10, Params: randVec(syncN, 1), Momentum: randVec(syncN, 2), Members: sortedIDs(l, a)}
+	if err := l.svc.Lead(base); err != nil {
+		t.Fatal(err)
+	}
+	var aErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { _, aErr = a.svc.Contribute(t.Context(), l.id(), contribution(10, 26, 3)) })
+	if _, err := l.svc.Reduce(t.Context(), contribution(10, 26, 4)); err != nil {
+		t.Fatal(err)
+	}
+	_ = l.svc.Close()
+	wg.Wait()
+	if aErr != nil {
+		t.Fatalf("member lost the last round's average: %v", aErr)
+	}
+}
+
+// rawSync opens a sync stream to p's service by hand, as a hostile peer
+// would.
+func rawSync(t *testing.T, from host.Host, to peer.ID) network.Stream {
+	t.Helper()
+	st, err := from.NewStream(t.Context(), to, SyncProtocolID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Reset() })
+	return st
+}
+
+func readAnswer(t *testing.T, st network.Stream) SyncAnswer {
+	t.Helper()
+	_ = st.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var b [SyncAnswerSize]byte
+	if _, err := io.ReadFull(st, b[:]); err != nil {
+		t.Fatalf("read answer: %v", err)
+	}
+	a, err := ParseSyncAnswer(b[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestSyncHostile feeds a leader inputs no honest member sends; each is
+// refused, counted under its reason, and the round goes on.
+func TestSyncHostile(t *testing.T) {
+	checkLeaks(t)
+	cfg := syncTestConfig()
+	l := newSyncPeer(t, cfg)
+	evil := newAttackerHost(t, "tcp")
+	connect(t, evil, l.h)
+	base := SyncState{Round: 3, Progress: 48, Params: randVec(syncN, 1), Momentum: randVec(syncN, 2), Members: []peer.ID{l.id()}}
+	if err := l.svc.Lead(base); err != nil {
+		t.Fatal(err)
+	}
+	rejected := func(r Reason) uint64 { return l.svc.Counters().Rejected(r) }
+
+	st := rawSync(t, evil, l.id())
+	_, _ = st.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n" + string(make([]byte, 40))))
+	eventually(t, "garbage to be counted", func() bool { return rejected(ReasonBadMagic) == 1 })
+
+	other := testFP
+	other[0] ^= 1
+	for _, c := range []struct {
+		q      SyncRequest
+		reason Reason
+	}{
+		{SyncRequest{Kind: SyncJoin, Fingerprint: other, Elements: syncN}, ReasonFingerprint},
+		{SyncRequest{Kind: SyncJoin, Fingerprint: testFP, Elements: 1 << 40}, ReasonOversize},
+		{SyncRequest{Kind: SyncJoin, Fingerprint: testFP, Elements: 7}, ReasonSizeMismatch},
+	} {
+		st := rawSync(t, evil, l.id())
+		qb := c.q.Marshal()
+		_, _ = st.Write(qb[:])
+		if a := readAnswer(t, st); a.Code != SyncRejected || a.Reason != c.reason {
+			t.Errorf("%+v answered %s/%s, want rejected/%s", c.q, a.Code, a.Reason, c.reason)
+		}
+	}
+
+	// Contributions whose frames lie: wrong step, two progress values, a
+	// batch beyond the limit.
+	send := func(round, step int64, p1, p2 params.Progress) SyncAnswer {
+		st := rawSync(t, evil, l.id())
+		qb := SyncRequest{Kind: SyncContribute, Fingerprint: testFP, Elements: syncN, Round: round}.Marshal()
+		_, _ = st.Write(qb[:])
+		if a := readAnswer(t, st); a.Code != SyncOK {
+			t.Fatalf("no go-ahead: %+v", a)
+		}
+		w := FrameWriter{ChunkSize: cfg.ChunkSize}
+		_ = w.WriteFrame(st, params.Snapshot{Fingerprint: testFP, Step: step, Progress: p1, Params: randVec(syncN, 5)})
+		_ = w.WriteFrame(st, params.Snapshot{Fingerprint: testFP, Step: step, Progress: p2, Params: randVec(syncN, 6)})
+		_ = st.CloseWrite()
+		a := readAnswer(t, st)
+		_, _ = io.Copy(io.Discard, st) // the end of stream: the leader is done with us
+		return a
+	}
+	before := rejected(ReasonProtocol)
+	for _, a := range []SyncAnswer{send(4, 9, 64, 64), send(4, 4, 64, 65), send(4, 4, 48+65, 48+65), send(4, 4, 40, 40)} {
+		if a.Code != SyncRejected || a.Reason != ReasonProtocol {
+			t.Errorf("lying contribution answered %s/%s", a.Code, a.Reason)
+		}
+	}
+	if got := rejected(ReasonProtocol) - before; got != 4 {
+		t.Errorf("counted %d protocol violations, want 4", got)
+	}
+	// None of it entered the round: ours alone completes it.
+	res, err := l.svc.Reduce(t.Context(), contribution(4, 64, 9))
+	if err != nil || !slices.Equal(res.Members, []peer.ID{l.id()}) {
+		t.Fatalf("round after hostile inputs: %v members, %v", res.Members, err)
+	}
+}
+
+func FuzzSyncDecode(f *testing.F) {
+	q := SyncRequest{Kind: SyncContribute, Fingerprint: testFP, Elements: 3, Round: 2}.Marshal()
+	a := SyncAnswer{Code: SyncNotLeader, MemberCount: 1, MembersSize: 39}.Marshal()
+	f.Add(q[:])
+	f.Add(a[:])
+	f.Add(AppendMembers(nil, testIDs(f, 3)))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if q, err := ParseSyncRequest(b); err == nil {
+			if again := q.Marshal(); !bytes.Equal(again[:], b[:SyncRequestSize]) {
+				t.Fatalf("request %x re-encodes as %x", b[:SyncRequestSize], again)
+			}
+		} else if ReasonOf(err) == ReasonNone {
+			t.Fatalf("request error without a reason: %v", err)
+		}
+		if a, err := ParseSyncAnswer(b); err == nil {
+			if again := a.Marshal(); !bytes.Equal(again[:], b[:SyncAnswerSize]) {
+				t.Fatalf("answer %x re-encodes as %x", b[:SyncAnswerSize], again)
+			}
+		} else if ReasonOf(err) == ReasonNone {
+			t.Fatalf("answer error without a reason: %v", err)
+		}
+		if len(b) > 0 {
+			ms, err := ParseMembers(b[1:], int(b[0]))
+			if err == nil && !bytes.Equal(AppendMembers(nil, ms), b[1:]) {
+				t.Fatalf("member list %x re-encodes differently", b[1:])
+			} else if err != nil && ReasonOf(err) == ReasonNone {
+				t.Fatalf("members error without a reason: %v", err)
+			}
+		}
+	})
+}
