@@ -189,6 +189,7 @@ func (s *syncer) lead(ctx context.Context, own gossip.Contribution) bool {
 
 // refused handles a failed contribution to leader.
 func (s *syncer) refused(ctx context.Context, leader peer.ID, err error) {
+	s.log.Debug("sync contribution refused", "leader", leader, "err", err)
 	var ref *gossip.SyncRefusal
 	if !errors.As(err, &ref) {
 		s.lose(leader, err)

@@ -1,0 +1,431 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"go.uber.org/goleak"
+
+	"github.com/meshtrain/meshtrain/params"
+	"github.com/meshtrain/meshtrain/train"
+)
+
+// TestSyncAverageIsDDPStep checks the design note sync mode rests on: with
+// SGD + momentum + weight decay, averaging (w, m) after each member's local
+// step from identical (w, m) is one step on the mean gradient.
+func TestSyncAverageIsDDPStep(t *testing.T) {
+	const n, k, lr = 257, 4, 0.05
+	opt := train.SGD{Momentum: 0.9, WeightDecay: 5e-4}
+	rng := rand.New(rand.NewPCG(1, 2))
+	vec := func(scale float64) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * scale)
+		}
+		return v
+	}
+	w0, m0 := vec(1), vec(0.1)
+	grads := make([][]float32, k)
+	mean := make([]float32, n)
+	for j := range grads {
+		grads[j] = vec(1)
+		for i, g := range grads[j] {
+			mean[i] += g / k
+		}
+	}
+	// Members: local steps, then the average of (w, m).
+	avgW, avgM := make([]float64, n), make([]float64, n)
+	for _, g := range grads {
+		w, m := slices.Clone(w0), slices.Clone(m0)
+		opt.Update(w, m, g, lr)
+		for i := range w {
+			avgW[i] += float64(w[i]) / k
+			avgM[i] += float64(m[i]) / k
+		}
+	}
+	// DDP: one step on the mean gradient.
+	w, m := slices.Clone(w0), slices.Clone(m0)
+	opt.Update(w, m, mean, lr)
+	for i := range w {
+		if math.Abs(avgW[i]-float64(w[i])) > 1e-5 || math.Abs(avgM[i]-float64(m[i])) > 1e-5 {
+			t.Fatalf("element %d: averaged (%g, %g), DDP step (%g, %g)", i, avgW[i], avgM[i], w[i], m[i])
+		}
+	}
+	// And it needs identical starts: from different w the average is not
+	// a DDP step of anything's mean (this is why joiners adopt the group's
+	// model first).
+	w1 := vec(1)
+	w2, m2 := slices.Clone(w1), slices.Clone(m0)
+	opt.Update(w2, m2, grads[0], lr)
+	wa, ma := slices.Clone(w0), slices.Clone(m0)
+	opt.Update(wa, ma, grads[1], lr)
+	var diff float64
+	for i := range w {
+		diff = max(diff, math.Abs((float64(w2[i])+float64(wa[i]))/2-float64(w[i])))
+	}
+	if diff < 1e-3 {
+		t.Fatalf("averaging from different starts matched the DDP step (max diff %g)", diff)
+	}
+}
+
+func TestPreferGroup(t *testing.T) {
+	a, b := peer.ID("\x00\x01a"), peer.ID("\x00\x01b")
+	for _, c := range []struct {
+		theirs, ours params.Progress
+		tl, ol       peer.ID
+		want         bool
+	}{
+		{100, 50, b, a, true},  // further along wins, whoever leads
+		{50, 100, a, b, false}, // a restarted lower ID never drags a group back
+		{64, 64, a, b, true},   // tie: lower leader
+		{64, 64, b, a, false},
+	} {
+		if got := preferGroup(c.theirs, c.tl, c.ours, c.ol); got != c.want {
+			t.Errorf("preferGroup(%v by %q over %v by %q) = %v", c.theirs, c.tl, c.ours, c.ol, got)
+		}
+		if c.theirs != c.ours || c.tl != c.ol {
+			if preferGroup(c.theirs, c.tl, c.ours, c.ol) == preferGroup(c.ours, c.ol, c.theirs, c.tl) {
+				t.Errorf("both groups of (%v %q, %v %q) would join the other, or neither", c.theirs, c.tl, c.ours, c.ol)
+			}
+		}
+	}
+}
+
+const syncBase = 25 * time.Millisecond
+
+// syncConfig is a sync-mode node on the local profile training a small MLP
+// on the synthetic set, with emulated steps of slowdown x 25 ms (sleeping,
+// so four nodes fit on two cores) and every interval shortened.
+func syncConfig(network string, slowdown float64) Config {
+	c := DefaultConfig()
+	c.Mode = ModeSync
+	c.Dataset = DatasetSynthetic
+	c.Train.Model = "mlp:32"
+	c.Train.Batch = 16
+	c.Train.Epochs = 0
+	c.Train.LR = 0.05
+	c.Train.Schedule = "const"
+	c.Train.Seed = 7
+	c.Train.BaseStep = syncBase
+	c.Train.Slowdown = slowdown
+	c.Train.Network = network
+	c.Host.Network = network
+	c.Host.DiscoveryInterval = 500 * time.Millisecond
+	c.Announce.Interval = 100 * time.Millisecond
+	c.Announce.FreshWindow = time.Second
+	c.Announce.MaxAge = time.Second
+	c.Exchange.ChunkTimeout = time.Second
+	c.Exchange.ExchangeTimeout = 2 * time.Second
+	c.SyncTimeout = time.Second
+	c.CheckpointEvery = 0
+	c.ReportEvery = time.Second
+	return c
+}
+
+// syncRun is a node with its Run in progress.
+type syncRun struct {
+	*Node
+	slowdown float64
+	cancel   context.CancelFunc
+	done     chan struct{}
+	res      *Result
+	err      error
+}
+
+// newSyncNodes builds one node per slowdown, bootstrapped off the first,
+// each on its own shard, and waits until every node sees all the others
+// announce. None runs yet.
+func newSyncNodes(t *testing.T, network string, slowdowns []float64, maxSteps int64) []*syncRun {
+	t.Helper()
+	nodes := make([]*syncRun, len(slowdowns))
+	for i, f := range slowdowns {
+		cfg := syncConfig(network, f)
+		cfg.MaxSteps = maxSteps
+		cfg.Train.Shard = fmt.Sprintf("%d/%d", i, len(slowdowns))
+		cfg.Train.OrderSeed = uint64(i)
+		if i > 0 {
+			ai, err := ParseBootstrap(nodes[0].Addrs())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Host.Bootstrap = ai
+		}
+		// gossipsub lives as long as New's context: it ends with the test.
+		meshCtx, endMesh := context.WithCancel(context.Background())
+		n, err := New(meshCtx, cfg, nil, nil, nil)
+		if err != nil {
+			endMesh()
+			t.Fatalf("New: %v", err)
+		}
+		r := &syncRun{Node: n, slowdown: f, done: make(chan struct{})}
+		nodes[i] = r
+		// Until started, the mesh is closed here; once started, by Run.
+		t.Cleanup(func() {
+			defer endMesh()
+			if r.cancel == nil {
+				n.closeMesh()
+				return
+			}
+			r.stop(t)
+		})
+	}
+	syncWait(t, 30*time.Second, "every node to see the others announce sync", func() bool {
+		for _, r := range nodes {
+			if len(r.sync.candidates()) < len(nodes)-1 {
+				return false
+			}
+		}
+		return true
+	})
+	return nodes
+}
+
+func (r *syncRun) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() {
+		defer close(r.done)
+		r.res, r.err = r.Run(ctx, nil)
+	}()
+}
+
+// stop cancels the run (closing the node's mesh) and waits for Run.
+func (r *syncRun) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	r.wait(t)
+}
+
+func (r *syncRun) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("node %s: Run did not return", r.ID())
+	}
+	if r.err != nil {
+		t.Fatalf("node %s: Run: %v", r.ID(), r.err)
+	}
+}
+
+// syncWait polls cond every 5 ms; the limit only turns a hang into a
+// failure.
+func syncWait(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after %v waiting for %s", limit, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// grouped reports whether the nodes form one group: each synced, with the
+// same members, all of them.
+func grouped(nodes []*syncRun) bool {
+	var want []string
+	for _, r := range nodes {
+		want = append(want, r.ID().String())
+	}
+	slices.Sort(want)
+	for _, r := range nodes {
+		v := r.SyncStatus()
+		if !v.Synced || !slices.Equal(v.Members, want) {
+			return false
+		}
+	}
+	return true
+}
+
+func leaderOf(nodes []*syncRun) *syncRun {
+	l := nodes[0]
+	for _, r := range nodes[1:] {
+		if r.ID() < l.ID() {
+			l = r
+		}
+	}
+	return l
+}
+
+func checkNoLeaks(t *testing.T) {
+	t.Helper()
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+}
+
+// TestSyncLockstep runs four sync nodes at slowdowns 2, 2, 4 and 8 and
+// checks, from their counters, that every node steps at the slowest node's
+// rate, that the fast nodes wait on the network for the share of the time
+// the profile predicts ((8-f)/8 for a node at slowdown f), and that the
+// group survives losing a member and then its leader.
+func TestSyncLockstep(t *testing.T) {
+	checkNoLeaks(t)
+	slowdowns := []float64{2, 2, 4, 8}
+	nodes := newSyncNodes(t, "sync-lockstep", slowdowns, 0)
+	for _, r := range nodes {
+		r.start()
+	}
+	syncWait(t, time.Minute, "one group of four", func() bool { return grouped(nodes) })
+
+	// Counters over a window in steady state.
+	const window = 4 * time.Second
+	before := make([]Status, len(nodes))
+	for i, r := range nodes {
+		before[i] = r.Status()
+	}
+	time.Sleep(window)
+	after := make([]Status, len(nodes))
+	for i, r := range nodes {
+		after[i] = r.Status()
+	}
+	// Every node takes the same steps; each step lasts its slowdown x the
+	// base step (busy), and the rest of each round it waits. With rounds as
+	// long as the slowest node's step, a node at slowdown f waits (8-f)/8 of
+	// the time. On top of that every node waits for the round's messages,
+	// which is all the slowest node ever waits for: with o its share, the
+	// profile predicts o + (1-o)(8-f)/8 for a node at slowdown f. Shares are
+	// of the time a node was busy or waiting, which leaves out the loop's
+	// own bookkeeping (a few percent when the machine is loaded).
+	slowest := slices.Max(slowdowns)
+	share := func(i int) (wait, busy, up float64) {
+		b, a := before[i], after[i]
+		wait, busy, up = a.NetworkWaitS-b.NetworkWaitS, a.BusyS-b.BusyS, a.UptimeS-b.UptimeS
+		return wait / (wait + busy), busy / up, up
+	}
+	var overhead float64
+	for i, r := range nodes {
+		if r.slowdown == slowest {
+			overhead, _, _ = share(i)
+		}
+	}
+	var minSteps, maxSteps int64 = math.MaxInt64, 0
+	for i, r := range nodes {
+		steps := after[i].Step - before[i].Step
+		wait, busy, up := share(i)
+		ideal := (slowest - r.slowdown) / slowest
+		want := overhead + (1-overhead)*ideal
+		minSteps, maxSteps = min(minSteps, steps), max(maxSteps, steps)
+		t.Logf("node %d (slowdown %v): %d steps in %.2fs (%.2f steps/s, %.1f ms per round), busy %.3f of the time, waiting %.3f of busy+wait; profile: %.3f ideal, %.3f with the round's messages",
+			i, r.slowdown, steps, up, float64(steps)/up, 1000*up/float64(steps), busy, wait, ideal, want)
+		if math.Abs(wait-want) > 0.1 {
+			t.Errorf("node %d at slowdown %v waited %.3f of its time on the network, the profile predicts %.3f", i, r.slowdown, wait, want)
+		}
+	}
+	// The measurement means something only if rounds are mostly the slowest
+	// node's step, not messages.
+	if overhead > 0.5 {
+		t.Errorf("the slowest node waited %.3f of its time: rounds are mostly messages", overhead)
+	}
+	// Lockstep: the same number of steps, give or take the round in flight
+	// when the counters were read; the slowest node's rate is everyone's.
+	if maxSteps-minSteps > 2 || minSteps < 10 {
+		t.Errorf("steps in the window range over [%d, %d], want equal (and > 10)", minSteps, maxSteps)
+	}
+
+	// Lose a member that does not lead: after the sync timeout the group
+	// drops it and goes on at the pace of the slowest one left.
+	leader := leaderOf(nodes)
+	var victim *syncRun
+	for _, r := range nodes {
+		if r != leader && (victim == nil || r.slowdown > victim.slowdown) {
+			victim = r
+		}
+	}
+	rest := slices.DeleteFunc(slices.Clone(nodes), func(r *syncRun) bool { return r == victim })
+	victim.stop(t)
+	t.Logf("stopped member %s (slowdown %v)", victim.ID(), victim.slowdown)
+	keepsGoing(t, rest, "after a member stopped")
+	if d := leader.SyncStatus().Service.MembersDropped; d < 1 {
+		t.Errorf("leader dropped %d members, want at least 1", d)
+	}
+
+	// Lose the leader: the lowest member left takes over.
+	rest = slices.DeleteFunc(rest, func(r *syncRun) bool { return r == leader })
+	leader.stop(t)
+	t.Logf("stopped leader %s", leader.ID())
+	keepsGoing(t, rest, "after the leader stopped")
+	var lost int64
+	for _, r := range rest {
+		lost += r.SyncStatus().LeadersLost
+	}
+	if lost < 1 {
+		t.Errorf("no member counted its leader lost")
+	}
+}
+
+// keepsGoing waits until the nodes form one group again and have taken 20
+// more steps.
+func keepsGoing(t *testing.T, nodes []*syncRun, when string) {
+	t.Helper()
+	began := time.Now()
+	start := make([]int64, len(nodes))
+	for i, r := range nodes {
+		start[i] = r.Status().Step
+	}
+	syncWait(t, time.Minute, "the group to go on "+when, func() bool {
+		if !grouped(nodes) {
+			return false
+		}
+		for i, r := range nodes {
+			if r.Status().Step < start[i]+20 {
+				return false
+			}
+		}
+		return true
+	})
+	for i, r := range nodes {
+		s := r.Status()
+		t.Logf("%s: node %s at step %d (from %d) after %v, members %d, leaders lost %d, dropped %d",
+			when, r.ID(), s.Step, start[i], time.Since(began).Round(time.Millisecond), len(r.SyncStatus().Members),
+			r.SyncStatus().LeadersLost, r.SyncStatus().Service.MembersDropped)
+	}
+}
+
+// TestSyncJoinIdentical starts two sync nodes, lets a third join once they
+// are under way, and checks that all three end holding bit-identical
+// parameters at the same step.
+func TestSyncJoinIdentical(t *testing.T) {
+	checkNoLeaks(t)
+	const steps = 120
+	nodes := newSyncNodes(t, "sync-join", []float64{1.5, 1.5, 1.5}, steps)
+	nodes[0].start()
+	nodes[1].start()
+	syncWait(t, time.Minute, "the first two to train together", func() bool {
+		return grouped(nodes[:2]) && nodes[0].SyncStatus().Round >= 20
+	})
+	joinedAt := nodes[0].SyncStatus().Round
+	nodes[2].start()
+	var snaps [][]float32
+	for i, r := range nodes {
+		r.wait(t)
+		s := r.res.Trainer.Snapshot()
+		snaps = append(snaps, s.Params)
+		v := r.SyncStatus()
+		t.Logf("node %d: step %d, progress %v, joins %d, founded %d, members %d", i, s.Step, float64(s.Progress), v.Joins, v.Founded, len(v.Members))
+		if s.Step != steps {
+			t.Errorf("node %d ended at step %d, want %d", i, s.Step, steps)
+		}
+	}
+	if v := nodes[2].SyncStatus(); v.Joins < 1 || len(v.Members) != 3 {
+		t.Errorf("the newcomer joined %d times and ended in a group of %d, want a join and 3", v.Joins, len(v.Members))
+	}
+	t.Logf("newcomer started when the group was at round %d", joinedAt)
+	for i := 1; i < len(snaps); i++ {
+		for j := range snaps[0] {
+			if snaps[i][j] != snaps[0][j] {
+				t.Fatalf("node %d parameter %d is %g, node 0 has %g", i, j, snaps[i][j], snaps[0][j])
+			}
+		}
+	}
+	// The group's progress counts every member's batch of every round.
+	if p0 := nodes[0].res.Trainer.Stats().Progress; p0 <= steps*16 {
+		t.Errorf("group progress %v, want more than one member's %d samples", float64(p0), steps*16)
+	}
+}
