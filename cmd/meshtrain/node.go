@@ -27,7 +27,8 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	var f runFlags
 	f.register(fs)
 	d := node.DefaultConfig()
-	mode := fs.String("mode", string(d.Mode), "averaging mode: gossip or local (no merges)")
+	mode := fs.String("mode", string(d.Mode),
+		"averaging mode: gossip (merge with one peer at a time, at our own pace), sync (every step all members average: the DDP baseline, paced by the slowest) or local (no merges)")
 	profile := fs.String("profile", string(d.Host.Profile),
 		"network profile: local (127.0.0.1 only, no mDNS/NAT traffic), lan (all interfaces, mDNS), public (NAT mapping, AutoNAT, relays, hole punching)")
 	network := fs.String("network", d.Train.Network, "network name: keeps meshes apart (part of the model fingerprint)")
@@ -40,6 +41,8 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	staleness := fs.String("staleness", d.Merger.Staleness.String(), "staleness decay f: const, poly:P, exp:D or hinge:A,B")
 	momentum := fs.String("momentum-policy", d.Merger.Momentum.String(), "optimizer momentum on merge: keep, reset or mix")
 	catchUp := fs.Float64("catch-up", d.CatchUp, "pull the model of a peer ahead by more than this many samples (0: never)")
+	syncTimeout := fs.Duration("sync-timeout", d.SyncTimeout,
+		"sync mode: how long a round waits for a member before dropping it (must exceed the slowest member's step)")
 	maxUpload := fs.Int("max-upload", 0, "cap on bytes/s sent to peers (0: no cap)")
 	wire := fs.String("wire-dtype", "fp32", "precision of models sent: fp32 or fp16")
 	evalEvery := fs.Duration("eval-every", 10*time.Second, "wall time between test-set evaluations (0: only at epoch ends)")
@@ -96,6 +99,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	cfg.Train.Network, cfg.Host.Network = *network, *network
 	cfg.Host.Listen, cfg.Host.DHTServer = listen, *dhtServer
 	cfg.AvgInterval, cfg.Merger.Alpha, cfg.CatchUp, cfg.MaxUpload = *avgInterval, *alpha, *catchUp, *maxUpload
+	cfg.SyncTimeout = *syncTimeout
 	cfg.EvalEvery = *evalEvery
 	cfg.Announce.Interval = *announce
 	if cfg.Announce.FreshWindow < 3**announce {
