@@ -92,7 +92,7 @@ func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 	// truncated file, and the client gets a Content-Length.
 	var buf bytes.Buffer
 	buf.Grow(4*len(snap.Params) + 4096)
-	if err := params.WriteSafetensors(&buf, layout, snap.Params, ModelMetadata(model, dataset, network, seed, snap)); err != nil {
+	if err := params.WriteSafetensors(&buf, layout, snap.Params, node.ModelMetadata(model, dataset, network, seed, snap)); err != nil {
 		s.log.Error("model export failed", "err", err)
 		s.writeError(w, http.StatusInternalServerError, "model export failed")
 		return
@@ -109,20 +109,6 @@ func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	if r.Method != http.MethodHead {
 		_, _ = buf.WriteTo(w)
-	}
-}
-
-// ModelMetadata is the safetensors metadata of an exported model: what
-// `meshtrain eval` needs to rebuild it, and format=pt so PyTorch's loader
-// accepts the file.
-func ModelMetadata(model, dataset, network string, seed uint64, s params.Snapshot) map[string]string {
-	return map[string]string{
-		node.MetaModel: model, node.MetaDataset: dataset, node.MetaNetwork: network,
-		node.MetaSeed:        strconv.FormatUint(seed, 10),
-		node.MetaFingerprint: s.Fingerprint.String(),
-		node.MetaStep:        strconv.FormatInt(s.Step, 10),
-		node.MetaProgress:    strconv.FormatFloat(float64(s.Progress), 'g', -1, 64),
-		"format":             "pt",
 	}
 }
 

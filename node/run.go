@@ -32,6 +32,19 @@ const (
 	MetaSeed         = "seed"
 )
 
+// ModelMetadata is the safetensors metadata of an exported model: what
+// `meshtrain eval` and `export` need to rebuild it, and where it came from.
+func ModelMetadata(model, dataset, network string, seed uint64, s params.Snapshot) map[string]string {
+	return map[string]string{
+		MetaModel: model, MetaDataset: dataset, MetaNetwork: network,
+		MetaSeed:        strconv.FormatUint(seed, 10),
+		MetaFingerprint: s.Fingerprint.String(),
+		MetaStep:        strconv.FormatInt(s.Step, 10),
+		MetaProgress:    strconv.FormatFloat(float64(s.Progress), 'g', -1, 64),
+		"format":        "pt",
+	}
+}
+
 // Event is one line of a run's progress, printed as text or JSON by the CLI.
 type Event struct {
 	Event         string   `json:"event"` // start, resumed, listening, progress, epoch, eval, checkpoint, catchup, final

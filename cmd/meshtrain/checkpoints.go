@@ -124,7 +124,7 @@ func runExport(ctx context.Context, e *env, args []string) int {
 	}
 	snap := cp.Snapshot()
 	seed, _ := strconv.ParseUint(cp.Meta[node.MetaSeed], 10, 64)
-	meta := modelMeta(cp.Meta[node.MetaModel], cp.Meta[node.MetaDataset], cp.Meta[node.MetaNetwork], seed, snap)
+	meta := node.ModelMetadata(cp.Meta[node.MetaModel], cp.Meta[node.MetaDataset], cp.Meta[node.MetaNetwork], seed, snap)
 	if err := writeModel(*out, l, snap, meta); err != nil {
 		return failure(e, err)
 	}

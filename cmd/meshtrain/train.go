@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"time"
 
 	"github.com/meshtrain/meshtrain/node"
@@ -145,7 +144,7 @@ func runNode(ctx context.Context, e *env, f *runFlags, cfg node.Config, before f
 	}
 	if f.save != "" {
 		snap := res.Trainer.Snapshot()
-		meta := modelMeta(res.Trainer.Model().Spec(), cfg.Dataset, cfg.Train.Network, cfg.Train.Seed, snap)
+		meta := node.ModelMetadata(res.Trainer.Model().Spec(), cfg.Dataset, cfg.Train.Network, cfg.Train.Seed, snap)
 		if err := writeModel(f.save, res.Trainer.Model().Layout(), snap, meta); err != nil {
 			return failure(e, err)
 		}
@@ -179,17 +178,6 @@ func runTrain(ctx context.Context, e *env, args []string) int {
 		return usageError(e, "%v", err)
 	}
 	return runNode(ctx, e, &f, cfg, nil)
-}
-
-// modelMeta is the safetensors metadata meshtrain writes and eval reads.
-func modelMeta(model, dataset, network string, seed uint64, s params.Snapshot) map[string]string {
-	return map[string]string{
-		node.MetaSeed:  strconv.FormatUint(seed, 10),
-		node.MetaModel: model, node.MetaDataset: dataset,
-		node.MetaNetwork: network, node.MetaFingerprint: s.Fingerprint.String(),
-		node.MetaStep: strconv.FormatInt(s.Step, 10), node.MetaProgress: strconv.FormatFloat(float64(s.Progress), 'g', -1, 64),
-		"format": "pt",
-	}
 }
 
 // writeModel writes a safetensors file atomically (temp file, then rename).
