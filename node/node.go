@@ -317,8 +317,12 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 		}
 		// Yield between steps: with --threads 1 the trainer would otherwise
 		// hold the only P until preempted, and every network round trip of
-		// an exchange would wait for that (about 10 ms each).
-		runtime.Gosched()
+		// an exchange would wait for that (about 10 ms each). A step that
+		// slept (--slowdown) has already left the P to them; yielding again
+		// would idle the trainer behind their work.
+		if stats.Busy <= stats.Compute {
+			runtime.Gosched()
+		}
 		if seen++; seen == 1 {
 			lossEMA = stats.Loss
 		} else {
