@@ -70,3 +70,7 @@ func (n *Node) Status() Status {
 	}
 	return st
 }
+
+// SamplesTotal is how many training samples this node has processed (the
+// Prometheus counter meshtrain_samples_total).
+func (n *Node) SamplesTotal() int64 { return n.trainer.Stats().Samples }
