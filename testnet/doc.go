@@ -9,4 +9,18 @@
 //	for range time.Tick(2 * time.Second) {
 //		testnet.WriteTable(os.Stdout, tn.Summary())
 //	}
+//
+// The benchmark (`meshtrain bench`) runs every mode on such a swarm, seed
+// after seed, releases each swarm's nodes together, scores the models they
+// snapshot after each run, and writes results.json, report.md and plots:
+//
+//	cfg := testnet.DefaultBenchConfig()
+//	cfg.Binary, cfg.Out, cfg.Progress = exe, "bench-out", os.Stdout
+//	res, err := testnet.RunBench(ctx, cfg)
+//	if err == nil {
+//		err = testnet.WriteAll(cfg.Out, res)
+//	}
+//
+// The arithmetic (times to target, efficiency, the ideal, medians) is in
+// metrics.go and analyze.go, free of processes and clocks.
 package testnet

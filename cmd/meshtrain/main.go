@@ -48,6 +48,7 @@ func commands() map[string]command {
 		"peers":       {"list the peers a running node sees (via its API)", runPeers},
 		"version":     {"print the version", runVersion},
 		"testnet":     {"run a local swarm of nodes on 127.0.0.1 (up, down)", runTestnet},
+		"bench":       {"benchmark gossip against sync, local and the ideal on a local swarm", runBench},
 	}
 }
 

@@ -1,0 +1,243 @@
+package testnet
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"path/filepath"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// modeColors keeps one colour per mode across every plot.
+var modeColors = map[string]color.Color{
+	ModeGossip:      color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	ModeGossipConst: color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	ModeSync:        color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	ModeLocal:       color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff},
+}
+
+// AccuracyCurve is a mode's accuracy over wall time: at each time, the
+// median over seeds of the nodes' mean accuracy (Mean) and of the worst
+// node's (Worst).
+type AccuracyCurve struct {
+	T, Mean, Worst []float64
+}
+
+// Curve samples a mode's runs every step seconds from 0 to end.
+func Curve(runs []Run, mode string, end, step float64) AccuracyCurve {
+	var c AccuracyCurve
+	if step <= 0 || end <= 0 {
+		return c
+	}
+	for t := 0.0; t <= end+1e-9; t += step {
+		var means, worsts []float64
+		for _, r := range runs {
+			if r.Mode != mode || r.Error != "" || len(r.Traces) == 0 {
+				continue
+			}
+			var sum float64
+			worst := math.Inf(1)
+			for _, tr := range r.Traces {
+				a := AccuracyAt(tr.Points, t)
+				sum += a
+				worst = min(worst, a)
+			}
+			means = append(means, sum/float64(len(r.Traces)))
+			worsts = append(worsts, worst)
+		}
+		if len(means) == 0 {
+			continue
+		}
+		c.T = append(c.T, t)
+		c.Mean = append(c.Mean, Median(means))
+		c.Worst = append(c.Worst, Median(worsts))
+	}
+	return c
+}
+
+func xys(x, y []float64) plotter.XYs {
+	out := make(plotter.XYs, len(x))
+	for i := range x {
+		out[i].X, out[i].Y = x[i], y[i]
+	}
+	return out
+}
+
+// hline is a dotted horizontal line across [x0, x1].
+func hline(y, x0, x1 float64, c color.Color) (*plotter.Line, error) {
+	l, err := plotter.NewLine(plotter.XYs{{X: x0, Y: y}, {X: x1, Y: y}})
+	if err != nil {
+		return nil, err
+	}
+	l.Color = c
+	l.Dashes = []vg.Length{vg.Points(2), vg.Points(3)}
+	return l, nil
+}
+
+// PlotAccuracy draws accuracy vs wall time per mode (solid: the nodes'
+// mean, dashed: the worst node), zoomed on the approach to the target.
+func PlotAccuracy(r *Results, path string) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Test accuracy vs wall time (%d nodes at %s, median of %d seed(s))",
+		r.Settings.Nodes, joinG(r.Settings.Slowdowns), len(r.Settings.Seeds))
+	p.X.Label.Text = "wall time since the common start (s)"
+	p.Y.Label.Text = "test accuracy"
+	p.Legend.Top, p.Legend.Left = false, false
+	p.Legend.YPosition = draw.PosBottom
+	target := r.Settings.Target
+	for _, mode := range r.Settings.Modes {
+		c := Curve(r.Runs, mode, r.Settings.DurationS, r.Settings.SnapshotS)
+		if len(c.T) == 0 {
+			continue
+		}
+		mean, err := plotter.NewLine(xys(c.T, c.Mean))
+		if err != nil {
+			return err
+		}
+		mean.Color, mean.Width = modeColors[mode], vg.Points(1.5)
+		worst, err := plotter.NewLine(xys(c.T, c.Worst))
+		if err != nil {
+			return err
+		}
+		worst.Color, worst.Width = modeColors[mode], vg.Points(0.8)
+		worst.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+		p.Add(mean, worst)
+		p.Legend.Add(mode+" (mean of nodes)", mean)
+		p.Legend.Add(mode+" (worst node)", worst)
+	}
+	t, err := hline(target, 0, r.Settings.DurationS, color.Black)
+	if err != nil {
+		return err
+	}
+	p.Add(t)
+	p.Legend.Add(fmt.Sprintf("target %.1f%%", 100*target), t)
+	p.Add(plotter.NewGrid())
+	// Add widens the axes to the data; zoom on the approach to the target
+	// afterwards (lines are clipped to the axes).
+	p.Y.Min, p.Y.Max = math.Max(0, target-0.08), 1
+	p.X.Min, p.X.Max = 0, r.Settings.DurationS
+	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
+}
+
+// PlotBusy draws the busy fraction of every node in every mode (medians
+// over seeds), grouped by node.
+func PlotBusy(r *Results, path string) error {
+	p := plot.New()
+	p.Title.Text = "Busy fraction per node (computing or emulating slower hardware, not waiting)"
+	p.Y.Label.Text = "busy fraction"
+	modes := 0
+	for _, mode := range r.Settings.Modes {
+		if r.Summary[mode] != nil && len(r.Summary[mode].BusyFraction) > 0 {
+			modes++
+		}
+	}
+	w := vg.Points(60 / float64(max(modes, 1)))
+	k := 0
+	for _, mode := range r.Settings.Modes {
+		s := r.Summary[mode]
+		if s == nil || len(s.BusyFraction) == 0 {
+			continue
+		}
+		bars, err := plotter.NewBarChart(plotter.Values(s.BusyFraction), w)
+		if err != nil {
+			return err
+		}
+		bars.Color = modeColors[mode]
+		bars.LineStyle.Width = 0
+		bars.Offset = w * vg.Length(float64(k)-float64(modes-1)/2)
+		p.Add(bars)
+		p.Legend.Add(mode, bars)
+		k++
+	}
+	names := make([]string, r.Settings.Nodes)
+	for i := range names {
+		sd := 1.0
+		if i < len(r.Settings.Slowdowns) {
+			sd = r.Settings.Slowdowns[i]
+		}
+		names[i] = fmt.Sprintf("node %d (%gx)", i, sd)
+	}
+	p.NominalX(names...)
+	line, err := hline(0.97, -0.5, float64(r.Settings.Nodes)-0.5, color.Black)
+	if err != nil {
+		return err
+	}
+	p.Add(line)
+	p.Legend.Add("0.97", line)
+	p.Legend.Top = true
+	// Room above the bars for the legend.
+	p.Y.Min, p.Y.Max = 0, 1.35
+	return p.Save(9*vg.Inch, 5*vg.Inch, path)
+}
+
+// PlotTimes draws each mode's median time to target (every node, and the
+// first node) against the ideal.
+func PlotTimes(r *Results, path string) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Time to %.1f%% test accuracy (median of %d seed(s))", 100*r.Settings.Target, len(r.Settings.Seeds))
+	p.Y.Label.Text = "seconds (missing bar: not reached)"
+	var names []string
+	var all, first plotter.Values
+	for _, mode := range r.Settings.Modes {
+		s := r.Summary[mode]
+		if s == nil {
+			continue
+		}
+		names = append(names, mode)
+		all = append(all, zeroIfNil(s.TimeToTargetS))
+		first = append(first, zeroIfNil(s.FirstNodeTimeS))
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	w := vg.Points(28)
+	ab, err := plotter.NewBarChart(all, w)
+	if err != nil {
+		return err
+	}
+	ab.Color, ab.LineStyle.Width, ab.Offset = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, 0, -w/2
+	fb, err := plotter.NewBarChart(first, w)
+	if err != nil {
+		return err
+	}
+	fb.Color, fb.LineStyle.Width, fb.Offset = color.RGBA{R: 0x9e, G: 0xc7, B: 0xe6, A: 0xff}, 0, w/2
+	p.Add(ab, fb)
+	p.Legend.Add("every node at target", ab)
+	p.Legend.Add("first node at target", fb)
+	if s := r.Summary[ModeSync]; s != nil && s.IdealTimeToTarget != nil {
+		l, err := hline(*s.IdealTimeToTarget, -0.5, float64(len(names))-0.5, color.Black)
+		if err != nil {
+			return err
+		}
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("ideal %.2f s", *s.IdealTimeToTarget), l)
+	}
+	p.NominalX(names...)
+	p.Y.Min = 0
+	p.Legend.Top = true
+	p.Legend.Left = true
+	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
+}
+
+func zeroIfNil(p *float64) float64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// WritePlots writes the three PNGs into dir.
+func WritePlots(dir string, r *Results) error {
+	for name, f := range map[string]func(*Results, string) error{
+		AccuracyPlot: PlotAccuracy, BusyPlot: PlotBusy, TimePlot: PlotTimes,
+	} {
+		if err := f(r, filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("%w: plot %s: %w", ErrBench, name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,306 @@
+package testnet
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"time"
+)
+
+// ResultsSchema names the layout of results.json; it changes when a field
+// changes meaning.
+const ResultsSchema = "meshtrain-bench/1"
+
+// The modes a benchmark compares. gossip-const is gossip with --staleness
+// const (plain AD-PSGD-style averaging).
+const (
+	ModeGossip      = "gossip"
+	ModeGossipConst = "gossip-const"
+	ModeSync        = "sync"
+	ModeLocal       = "local"
+)
+
+// AllModes is every mode, in report order.
+var AllModes = []string{ModeGossip, ModeGossipConst, ModeSync, ModeLocal}
+
+// Results is results.json: everything a benchmark measured, enough to
+// rebuild the report and the plots. Seconds are _s, sizes bytes; a figure
+// that could not be measured (a target never reached) is null.
+type Results struct {
+	Schema   string    `json:"schema"`
+	Command  string    `json:"command"`
+	Started  time.Time `json:"started"`
+	RunTimeS float64   `json:"run_time_s"`
+	Machine  Machine   `json:"machine"`
+	Settings Settings  `json:"settings"`
+
+	// BaseStepS is the base step time every node's --slowdown multiplies.
+	BaseStepS float64 `json:"base_step_s"`
+	// SoloSamplesPerS are the nodes' solo rates (batch / (slowdown x base
+	// step)); SoloSamplesPerSSum their sum, the cluster's ceiling.
+	SoloSamplesPerS    []float64 `json:"solo_samples_per_s"`
+	SoloSamplesPerSSum float64   `json:"solo_samples_per_s_sum"`
+
+	// LR is each mode's learning rate, chosen on the tuning seed.
+	LR     map[string]float64 `json:"lr"`
+	Tuning []Run              `json:"tuning"`
+	Runs   []Run              `json:"runs"`
+
+	Summary map[string]*ModeSummary `json:"summary"`
+	Ratios  Ratios                  `json:"ratios"`
+	Bars    []Bar                   `json:"bars"`
+}
+
+// Machine is where the benchmark ran.
+type Machine struct {
+	NumCPU      int    `json:"nproc"`
+	MemoryBytes uint64 `json:"memory_bytes"`
+	CPUModel    string `json:"cpu_model,omitempty"`
+	OS          string `json:"os"`
+	Arch        string `json:"arch"`
+	GoVersion   string `json:"go_version"`
+	Version     string `json:"meshtrain_version"`
+	LoadAvg     string `json:"load_avg_at_start,omitempty"`
+}
+
+// Settings are the benchmark's inputs.
+type Settings struct {
+	Nodes         int       `json:"nodes"`
+	Slowdowns     []float64 `json:"slowdowns"`
+	Target        float64   `json:"target"`
+	Seeds         []uint64  `json:"seeds"`
+	TuneSeed      uint64    `json:"tune_seed"`
+	Dataset       string    `json:"dataset"`
+	NonIID        float64   `json:"non_iid"`
+	Model         string    `json:"model"`
+	Batch         int       `json:"batch"`
+	Schedule      string    `json:"schedule"`
+	Modes         []string  `json:"modes"`
+	LRGrid        []float64 `json:"lr_grid"`
+	SyncLRGrid    []float64 `json:"sync_lr_grid"`
+	DurationS     float64   `json:"duration_s"`
+	FixedWallS    float64   `json:"fixed_wall_s"`
+	SnapshotS     float64   `json:"snapshot_every_s"`
+	AvgIntervalS  float64   `json:"avg_interval_s"`
+	Alpha         float64   `json:"alpha"`
+	Staleness     string    `json:"staleness"`
+	Threads       int       `json:"threads"`
+	NodeArgs      []string  `json:"node_args,omitempty"`
+	Heterogeneity string    `json:"heterogeneity"`
+	Quick         bool      `json:"quick"`
+}
+
+// Run is one run of one mode on one seed: every node of the swarm, from a
+// common start to a fixed wall time.
+type Run struct {
+	Mode  string  `json:"mode"`
+	Seed  uint64  `json:"seed"`
+	LR    float64 `json:"lr"`
+	WallS float64 `json:"wall_s"`
+
+	// TimeToTargetS: every node's model at target (the last node's first
+	// time there); FirstNodeTimeS: the first node's.
+	TimeToTargetS     *float64   `json:"time_to_target_s"`
+	FirstNodeTimeS    *float64   `json:"first_node_time_s"`
+	NodeTimeToTargetS []*float64 `json:"node_time_to_target_s"`
+	// SamplesToTarget: training samples the whole cluster processed by
+	// TimeToTargetS.
+	SamplesToTarget *float64 `json:"samples_to_target"`
+	// IdealTimeS: this seed's sync samples to target / sum of solo rates.
+	IdealTimeS *float64 `json:"ideal_time_to_target_s"`
+
+	// Accuracy of each node's model at the fixed wall time, and their mean.
+	FixedWallS        float64   `json:"fixed_wall_s"`
+	FinalAccuracy     []float64 `json:"final_accuracy"`
+	FinalAccuracyMean float64   `json:"final_accuracy_mean"`
+	SamplesPerS       float64   `json:"samples_per_s"`
+	NodeSamplesPerS   []float64 `json:"node_samples_per_s"`
+	Efficiency        float64   `json:"cluster_efficiency"`
+	BusyFraction      []float64 `json:"busy_fraction"`
+	BytesSent         []uint64  `json:"bytes_sent"`
+	Merges            []int64   `json:"merges"`
+	NetworkWaitS      []float64 `json:"network_wait_s"`
+	Traces            []Trace   `json:"traces"`
+	// The harness's own time: starting the swarm, and scoring snapshots.
+	SetupS   float64 `json:"setup_s"`
+	ScoringS float64 `json:"scoring_s"`
+	Error    string  `json:"error,omitempty"`
+}
+
+// ModeSummary holds a mode's medians over the report seeds.
+type ModeSummary struct {
+	Runs              int       `json:"runs"`
+	Reached           int       `json:"reached_target"`
+	TimeToTargetS     *float64  `json:"time_to_target_s"`
+	FirstNodeTimeS    *float64  `json:"first_node_time_s"`
+	SamplesToTarget   *float64  `json:"samples_to_target"`
+	FinalAccuracy     *float64  `json:"final_accuracy"`
+	SamplesPerS       *float64  `json:"samples_per_s"`
+	Efficiency        *float64  `json:"cluster_efficiency"`
+	MinBusyFraction   *float64  `json:"min_busy_fraction"`
+	BusyFraction      []float64 `json:"busy_fraction"`
+	BytesSentPerNode  []float64 `json:"bytes_sent"`
+	IdealTimeToTarget *float64  `json:"ideal_time_to_target_s,omitempty"`
+}
+
+// Ratios are the headline comparisons, medians over seeds.
+type Ratios struct {
+	// GossipOverSync: gossip's median time to target / sync's.
+	GossipOverSync *float64 `json:"gossip_over_sync"`
+	// GossipOverIdeal: gossip's median time to target / the median ideal.
+	GossipOverIdeal *float64 `json:"gossip_over_ideal"`
+	// ThroughputGossipOverSync: cluster samples/s, gossip / sync.
+	ThroughputGossipOverSync *float64 `json:"throughput_gossip_over_sync"`
+	// StructuralThroughput is the profile's own ratio: sum of solo rates /
+	// (nodes x the slowest node's rate).
+	StructuralThroughput float64 `json:"structural_throughput"`
+	// PerSeed are gossip/sync and gossip/ideal seed by seed.
+	PerSeedGossipOverSync  []*float64 `json:"per_seed_gossip_over_sync"`
+	PerSeedGossipOverIdeal []*float64 `json:"per_seed_gossip_over_ideal"`
+}
+
+// Bar is one of the claims the benchmark checks, with what was measured.
+type Bar struct {
+	Name     string   `json:"name"`
+	Want     string   `json:"want"`
+	Measured *float64 `json:"measured"`
+	Pass     bool     `json:"pass"`
+	Note     string   `json:"note,omitempty"`
+}
+
+// opt turns NaN into a missing value.
+func opt(x float64) *float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil
+	}
+	return &x
+}
+
+// val reads an optional value, NaN when missing.
+func val(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
+}
+
+// WriteResults writes r as indented JSON.
+func WriteResults(w io.Writer, r *Results) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("%w: encode results: %w", ErrBench, err)
+	}
+	return nil
+}
+
+// ReadResults reads and validates results.json.
+func ReadResults(r io.Reader) (*Results, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var res Results
+	if err := dec.Decode(&res); err != nil {
+		return nil, fmt.Errorf("%w: results: %w", ErrBench, err)
+	}
+	if err := res.Validate(); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// ReadResultsFile is ReadResults on a file.
+func ReadResultsFile(path string) (*Results, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBench, err)
+	}
+	defer f.Close()
+	return ReadResults(f)
+}
+
+// ErrBadResults is wrapped by Validate errors.
+var ErrBadResults = errors.New("testnet: bad bench results")
+
+// Validate checks that results are well-formed: the schema, one run per
+// mode and seed with one entry per node in every per-node field, and sane
+// numbers. It reports every problem at once.
+func (r *Results) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrBadResults}, a...)...))
+	}
+	if r.Schema != ResultsSchema {
+		bad("schema %q, want %q", r.Schema, ResultsSchema)
+	}
+	n := r.Settings.Nodes
+	if n < 1 || len(r.Settings.Slowdowns) != n {
+		bad("%d nodes with %d slowdowns", n, len(r.Settings.Slowdowns))
+	}
+	if !(r.Settings.Target > 0 && r.Settings.Target <= 1) {
+		bad("target %v not in (0,1]", r.Settings.Target)
+	}
+	if !(r.BaseStepS > 0) || len(r.SoloSamplesPerS) != n || !(r.SoloSamplesPerSSum > 0) {
+		bad("base step %v s and %d solo rates (sum %v) for %d nodes", r.BaseStepS, len(r.SoloSamplesPerS), r.SoloSamplesPerSSum, n)
+	}
+	if len(r.Settings.Modes) == 0 || len(r.Settings.Seeds) == 0 {
+		bad("no modes or no seeds")
+	}
+	for _, m := range r.Settings.Modes {
+		if !slices.Contains(AllModes, m) {
+			bad("unknown mode %q", m)
+		}
+		if lr, ok := r.LR[m]; !ok || !(lr > 0) {
+			bad("mode %s has no learning rate", m)
+		}
+		if r.Summary[m] == nil {
+			bad("mode %s has no summary", m)
+		}
+		for _, s := range r.Settings.Seeds {
+			k := 0
+			for _, run := range r.Runs {
+				if run.Mode == m && run.Seed == s {
+					k++
+				}
+			}
+			if k != 1 {
+				bad("mode %s seed %d has %d runs, want 1", m, s, k)
+			}
+		}
+	}
+	for i, run := range append(slices.Clone(r.Tuning), r.Runs...) {
+		if run.Error != "" {
+			continue
+		}
+		if len(run.NodeTimeToTargetS) != n || len(run.FinalAccuracy) != n || len(run.BusyFraction) != n ||
+			len(run.BytesSent) != n || len(run.Merges) != n || len(run.NetworkWaitS) != n || len(run.Traces) != n ||
+			len(run.NodeSamplesPerS) != n {
+			bad("run %d (%s seed %d): per-node fields do not have %d entries", i, run.Mode, run.Seed, n)
+		}
+		if !(run.WallS > 0) || !(run.SamplesPerS >= 0) || !(run.Efficiency >= 0) {
+			bad("run %d (%s seed %d): wall %v s, %v samples/s, efficiency %v", i, run.Mode, run.Seed, run.WallS, run.SamplesPerS, run.Efficiency)
+		}
+		for _, b := range run.BusyFraction {
+			if !(b >= 0 && b <= 1) {
+				bad("run %d (%s seed %d): busy fraction %v", i, run.Mode, run.Seed, b)
+			}
+		}
+		for _, a := range run.FinalAccuracy {
+			if !(a >= 0 && a <= 1) {
+				bad("run %d (%s seed %d): accuracy %v", i, run.Mode, run.Seed, a)
+			}
+		}
+		for _, tr := range run.Traces {
+			if err := tr.Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("%w: run %d (%s seed %d): %w", ErrBadResults, i, run.Mode, run.Seed, err))
+			}
+		}
+		if (run.TimeToTargetS == nil) != (run.SamplesToTarget == nil) {
+			bad("run %d (%s seed %d): time and samples to target disagree on whether it was reached", i, run.Mode, run.Seed)
+		}
+	}
+	return errors.Join(errs...)
+}
