@@ -1097,6 +1097,10 @@ func (s *SyncService) serveContribution(x *streamIO, st network.Stream, p peer.I
 	s.mu.Lock()
 	uncount()
 	in := s.open == r && !r.sealed
+	last := r.base.state
+	if r.sealed {
+		last = SyncState{Round: r.number} // completed, or being completed, without us
+	}
 	if in {
 		r.contribs[p] = c
 		r.expected[p] = struct{}{}
@@ -1108,7 +1112,7 @@ func (s *SyncService) serveContribution(x *streamIO, st network.Stream, p peer.I
 	s.mu.Unlock()
 	if !in {
 		// The round closed while the contribution was on its way.
-		s.finishStream(x, st, SyncAnswer{Code: SyncStale, Round: r.base.state.Round, Progress: r.base.state.Progress}, nil, nil, leave)
+		s.finishStream(x, st, SyncAnswer{Code: SyncStale, Round: last.Round, Progress: last.Progress}, nil, nil, leave)
 		return
 	}
 	s.stats.received.Add(1)

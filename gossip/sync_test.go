@@ -107,6 +107,20 @@ func TestSyncRequestWire(t *testing.T) {
 	if got, err := ParseSyncRequest(b[:]); err != nil || got != q {
 		t.Fatalf("round trip: %+v, %v", got, err)
 	}
+	// The example of docs/protocol.md.
+	var fp params.Fingerprint
+	for i := range fp {
+		fp[i] = byte(i)
+	}
+	doc := SyncRequest{Kind: SyncContribute, Fingerprint: fp, Elements: 1386, Round: 258}.Marshal()
+	if got := hex.EncodeToString(doc[:]); got != "4d5453510101000000"+"0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"+
+		"6a05000000000000"+"0201000000000000"+"0000000000000000" {
+		t.Errorf("docs example request: %s", got)
+	}
+	docA := SyncAnswer{Round: 258, Progress: 258 * 48, MemberCount: 3, MembersSize: 117}.Marshal()
+	if got := hex.EncodeToString(docA[:]); got != "4d54534101000000"+"0201000000000000"+"000000000030c840"+"0300"+"7500"+"00000000" {
+		t.Errorf("docs example answer: %s", got)
+	}
 	for _, c := range []struct {
 		name string
 		edit func(b []byte) []byte

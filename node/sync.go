@@ -262,17 +262,21 @@ func (s *syncer) lose(p peer.ID, err error) {
 }
 
 // forgive takes back the peers that announced since we gave up on them, and
-// forgets those no longer announcing at all.
+// forgets those no longer announcing at all. An announcement counts only if
+// it was made after we gave up, by its own clock as well as ours: one sent
+// just before a peer left may still be arriving.
 func (s *syncer) forgive() {
 	if len(s.failed) == 0 {
 		return
 	}
-	seen := make(map[peer.ID]time.Time)
+	seen := make(map[peer.ID]gossip.PeerInfo)
 	for _, p := range s.n.ann.Fresh() {
-		seen[p.Peer] = p.SeenAt
+		seen[p.Peer] = p
 	}
 	for p, at := range s.failed {
-		if t, ok := seen[p]; !ok && time.Since(at) > s.n.cfg.Announce.FreshWindow+s.n.cfg.SyncTimeout || ok && t.After(at) {
+		pi, ok := seen[p]
+		if !ok && time.Since(at) > s.n.cfg.Announce.FreshWindow+s.n.cfg.SyncTimeout ||
+			ok && pi.SeenAt.After(at) && pi.Time().After(at) {
 			delete(s.failed, p)
 		}
 	}
