@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -16,32 +17,21 @@ import (
 
 func runCheckpoints(ctx context.Context, e *env, args []string) int {
 	fs := newFlags(e, "[flags]")
-	var sf storeFlags
-	var lf logFlags
-	sf.register(fs)
-	lf.register(fs)
+	var d dataDirCmd
+	d.register(fs)
 	jsonOut := fs.Bool("json", false, "print JSON")
 	verify := fs.Bool("verify", false, "read every checkpoint and verify its checksum (slower)")
-	if code, ok := parse(e, fs, args); !ok {
-		return code
-	}
-	if fs.NArg() > 0 {
-		return usageError(e, "unexpected argument %q", fs.Arg(0))
-	}
-	log, err := lf.logger(e.stderr)
-	if err != nil {
-		return usageError(e, "%v", err)
-	}
-	st, err := sf.open(log)
-	if err != nil {
-		return failure(e, err)
-	}
-	defer st.Close()
+	return d.run(e, fs, args, nil, func(st store.Store, log *slog.Logger) int {
+		return listCheckpoints(ctx, e, st, log, d.sf.dir, *jsonOut, *verify)
+	})
+}
+
+func listCheckpoints(ctx context.Context, e *env, st store.Store, log *slog.Logger, dir string, jsonOut, verify bool) int {
 	list, err := st.List()
 	if err != nil {
 		return failure(e, err)
 	}
-	if *verify {
+	if verify {
 		for i, c := range list {
 			if c.Corrupt {
 				continue
@@ -54,7 +44,7 @@ func runCheckpoints(ctx context.Context, e *env, args []string) int {
 			}
 		}
 	}
-	if *jsonOut {
+	if jsonOut {
 		if list == nil {
 			list = []store.Info{}
 		}
@@ -62,7 +52,7 @@ func runCheckpoints(ctx context.Context, e *env, args []string) int {
 		return exitOK
 	}
 	if len(list) == 0 {
-		fmt.Fprintf(e.stdout, "no checkpoints in %s\n", sf.dir)
+		fmt.Fprintf(e.stdout, "no checkpoints in %s\n", dir)
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
@@ -88,31 +78,23 @@ func runCheckpoints(ctx context.Context, e *env, args []string) int {
 
 func runExport(ctx context.Context, e *env, args []string) int {
 	fs := newFlags(e, "--out FILE [flags]")
-	var sf storeFlags
-	var lf logFlags
-	sf.register(fs)
-	lf.register(fs)
+	var d dataDirCmd
+	d.register(fs)
 	out := fs.String("out", "", "safetensors file to write (required)")
 	id := fs.Uint64("id", 0, "checkpoint ID (default: the newest one that verifies)")
-	if code, ok := parse(e, fs, args); !ok {
-		return code
+	check := func() string {
+		if *out == "" {
+			return "--out is required"
+		}
+		return ""
 	}
-	if fs.NArg() > 0 {
-		return usageError(e, "unexpected argument %q", fs.Arg(0))
-	}
-	if *out == "" {
-		return usageError(e, "--out is required")
-	}
-	log, err := lf.logger(e.stderr)
-	if err != nil {
-		return usageError(e, "%v", err)
-	}
-	st, err := sf.open(log)
-	if err != nil {
-		return failure(e, err)
-	}
-	defer st.Close()
-	cp, err := pickCheckpoint(ctx, st, *id, func(skipped uint64, why error) {
+	return d.run(e, fs, args, check, func(st store.Store, log *slog.Logger) int {
+		return export(ctx, e, st, log, *id, *out)
+	})
+}
+
+func export(ctx context.Context, e *env, st store.Store, log *slog.Logger, id uint64, out string) int {
+	cp, err := pickCheckpoint(ctx, st, id, func(skipped uint64, why error) {
 		log.Warn("checkpoint skipped", "checkpoint", skipped, "reason", why)
 	})
 	if err != nil {
@@ -125,10 +107,10 @@ func runExport(ctx context.Context, e *env, args []string) int {
 	snap := cp.Snapshot()
 	seed, _ := strconv.ParseUint(cp.Meta[node.MetaSeed], 10, 64)
 	meta := node.ModelMetadata(cp.Meta[node.MetaModel], cp.Meta[node.MetaDataset], cp.Meta[node.MetaNetwork], seed, snap)
-	if err := writeModel(*out, l, snap, meta); err != nil {
+	if err := writeModel(out, l, snap, meta); err != nil {
 		return failure(e, err)
 	}
-	fmt.Fprintf(e.stdout, "exported checkpoint %d (step %d, %s) to %s\n", cp.ID, cp.Step, cp.Meta[node.MetaModel], *out)
+	fmt.Fprintf(e.stdout, "exported checkpoint %d (step %d, %s) to %s\n", cp.ID, cp.Step, cp.Meta[node.MetaModel], out)
 	return exitOK
 }
 

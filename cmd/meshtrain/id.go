@@ -3,38 +3,25 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/meshtrain/meshtrain/node"
+	"github.com/meshtrain/meshtrain/store"
 )
 
 func runID(_ context.Context, e *env, args []string) int {
 	fs := newFlags(e, "[flags]")
-	var sf storeFlags
-	var lf logFlags
-	sf.register(fs)
-	lf.register(fs)
-	if code, ok := parse(e, fs, args); !ok {
-		return code
-	}
-	if fs.NArg() > 0 {
-		return usageError(e, "unexpected argument %q", fs.Arg(0))
-	}
-	log, err := lf.logger(e.stderr)
-	if err != nil {
-		return usageError(e, "%v", err)
-	}
-	st, err := sf.open(log)
-	if err != nil {
-		return failure(e, err)
-	}
-	defer st.Close()
-	_, id, created, err := node.Identity(st)
-	if err != nil {
-		return failure(e, err)
-	}
-	if created {
-		log.Info("created a new identity", "data_dir", sf.dir)
-	}
-	fmt.Fprintln(e.stdout, id)
-	return exitOK
+	var d dataDirCmd
+	d.register(fs)
+	return d.run(e, fs, args, nil, func(st store.Store, log *slog.Logger) int {
+		_, id, created, err := node.Identity(st)
+		if err != nil {
+			return failure(e, err)
+		}
+		if created {
+			log.Info("created a new identity", "data_dir", d.sf.dir)
+		}
+		fmt.Fprintln(e.stdout, id)
+		return exitOK
+	})
 }
