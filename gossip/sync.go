@@ -1143,9 +1143,9 @@ func (s *SyncService) serveContribution(x *streamIO, st network.Stream, p peer.I
 		res.members, &res.frames, leave)
 }
 
-// readContribution reads a contribution's two frames and the end of the
-// member's writing, and checks them against the request and the round's
-// starting model.
+// readContribution reads a contribution's two frames and checks them
+// against the request and the round's starting model. The member keeps its
+// side open until it has our answer.
 func (s *SyncService) readContribution(x *streamIO, q SyncRequest, base *syncBase) (Contribution, error) {
 	rd := s.reader(x, len(base.state.Params))
 	w, err := rd.ReadFrame(x)
@@ -1154,9 +1154,6 @@ func (s *SyncService) readContribution(x *streamIO, q SyncRequest, base *syncBas
 	}
 	m, err := rd.ReadFrame(x)
 	if err != nil {
-		return Contribution{}, err
-	}
-	if err := x.expectEOF(); err != nil {
 		return Contribution{}, err
 	}
 	if w.Step != q.Round || m.Step != q.Round || w.Progress != m.Progress {
@@ -1171,8 +1168,13 @@ func (s *SyncService) readContribution(x *streamIO, q SyncRequest, base *syncBas
 }
 
 // finishStream writes a final answer (header, member list, frames), calls
-// release (if set) after the last byte, ends our side and closes; it resets
-// the stream if any of that fails.
+// release (if set) after the last byte, ends our side, waits for the member
+// to end its side and closes; it resets the stream if any of that fails.
+//
+// The member ends its side only once it has read the whole answer: closing a
+// stream does not guarantee delivery, and a leader that stops right after a
+// round closes its connections next, which would take the round's result
+// away from members still reading it.
 func (s *SyncService) finishStream(x *streamIO, st network.Stream, a SyncAnswer, members []byte, frames *[2]*Frame, release func()) bool {
 	a.MembersSize = len(members)
 	hb := a.Marshal()
@@ -1190,6 +1192,11 @@ func (s *SyncService) finishStream(x *streamIO, st network.Stream, a SyncAnswer,
 	}
 	if err == nil {
 		err = st.CloseWrite()
+	}
+	if err == nil {
+		if err = x.expectEOF(); err != nil {
+			s.rj.reject(st.Conn().RemotePeer(), streamErr(s.ctx, fmt.Errorf("after the sync answer: %w", err)))
+		}
 	}
 	if err != nil {
 		_ = st.Reset()
@@ -1278,10 +1285,14 @@ func (s *SyncService) Probe(ctx context.Context, p peer.ID) (GroupInfo, error) {
 
 // request runs the member's side of one sync stream:
 //
-//	contribute: -> request; <- answer; -> params frame, momentum frame,
-//	            CloseWrite; <- answer (after the round), members, frames, EOF
-//	join:       -> request, CloseWrite; <- answer, members, frames, EOF
-//	probe:      -> request, CloseWrite; <- answer, members, EOF
+//	contribute: -> request; <- answer; -> params frame, momentum frame;
+//	            <- answer (after the round), members, frames, EOF;
+//	            -> CloseWrite
+//	join:       -> request; <- answer, members, frames, EOF; -> CloseWrite
+//	probe:      -> request; <- answer, members, EOF; -> CloseWrite
+//
+// Our CloseWrite, once we have read everything, tells the responder its
+// answer arrived (see finishStream).
 func (s *SyncService) request(ctx context.Context, p peer.ID, q SyncRequest, up *[2]*Frame) (SyncState, GroupInfo, error) {
 	if p == s.h.ID() {
 		return SyncState{}, GroupInfo{}, fmt.Errorf("gossip: sync %s with ourselves", q.Kind)
@@ -1331,12 +1342,7 @@ func (s *SyncService) converse(x *streamIO, st network.Stream, p peer.ID, q Sync
 	if err := x.writeAll(qb[:]); err != nil {
 		return SyncState{}, GroupInfo{}, fmt.Errorf("write sync request: %w", err)
 	}
-	if q.Kind != SyncContribute {
-		if err := st.CloseWrite(); err != nil {
-			return SyncState{}, GroupInfo{}, fmt.Errorf("close write: %w", err)
-		}
-	}
-	a, members, err := s.readAnswer(x, p, true)
+	a, members, err := s.readAnswer(x, st, p, true)
 	if err != nil {
 		return SyncState{}, GroupInfo{}, err
 	}
@@ -1345,7 +1351,7 @@ func (s *SyncService) converse(x *streamIO, st network.Stream, p peer.ID, q Sync
 		if len(members) == 0 {
 			return SyncState{}, GroupInfo{}, fmt.Errorf("%w: probe answered without members", ErrProtocol)
 		}
-		if err := x.expectEOF(); err != nil {
+		if err := s.ack(x, st); err != nil {
 			return SyncState{}, GroupInfo{}, err
 		}
 		return SyncState{}, GroupInfo{Leader: p, Round: a.Round, Progress: a.Progress, Members: members}, nil
@@ -1360,12 +1366,9 @@ func (s *SyncService) converse(x *streamIO, st network.Stream, p peer.ID, q Sync
 				return SyncState{}, GroupInfo{}, err
 			}
 		}
-		if err := st.CloseWrite(); err != nil {
-			return SyncState{}, GroupInfo{}, fmt.Errorf("close write: %w", err)
-		}
 		// The answer comes when the slowest member has contributed.
 		x.timeout = 2*s.cfg.Timeout + s.cfg.ChunkTimeout
-		a, members, err = s.readAnswer(x, p, false)
+		a, members, err = s.readAnswer(x, st, p, false)
 		x.timeout = s.cfg.ChunkTimeout
 		if err != nil {
 			return SyncState{}, GroupInfo{}, err
@@ -1395,17 +1398,26 @@ func (s *SyncService) converse(x *streamIO, st network.Stream, p peer.ID, q Sync
 		return SyncState{}, GroupInfo{}, fmt.Errorf("%w: group model frames (%d and %d elements, steps %d and %d) do not match round %d",
 			ErrProtocol, len(w.Params), len(m.Params), w.Step, m.Step, a.Round)
 	}
-	if err := x.expectEOF(); err != nil {
+	if err := s.ack(x, st); err != nil {
 		return SyncState{}, GroupInfo{}, err
 	}
 	return SyncState{Round: a.Round, Progress: a.Progress, Params: w.Params, Momentum: m.Params, Members: members}, GroupInfo{}, nil
 }
 
+// ack ends our side once we have read a whole answer, which tells the
+// responder it arrived, and checks that the responder has ended its side.
+func (s *SyncService) ack(x *streamIO, st network.Stream) error {
+	if err := st.CloseWrite(); err != nil {
+		return fmt.Errorf("close write: %w", err)
+	}
+	return x.expectEOF()
+}
+
 // readAnswer reads an answer header and its member list; an answer other
-// than SyncOK comes back as a *SyncRefusal, after its member list. first
-// marks the answer to the request itself: a peer that hangs up before it
-// says anything there is treated as overloaded, not hostile.
-func (s *SyncService) readAnswer(x *streamIO, p peer.ID, first bool) (SyncAnswer, []peer.ID, error) {
+// than SyncOK comes back as a *SyncRefusal, after its member list and our
+// ack. first marks the answer to the request itself: a peer that hangs up
+// before it says anything there is treated as overloaded, not hostile.
+func (s *SyncService) readAnswer(x *streamIO, st network.Stream, p peer.ID, first bool) (SyncAnswer, []peer.ID, error) {
 	var b [SyncAnswerSize]byte
 	if err := x.beforeRead(len(b)); err != nil {
 		return SyncAnswer{}, nil, err
@@ -1435,7 +1447,7 @@ func (s *SyncService) readAnswer(x *streamIO, p peer.ID, first bool) (SyncAnswer
 		// The end of the stream says the responder has freed our slot: a
 		// member acting on the refusal at once is not refused again as a
 		// duplicate.
-		if err := x.expectEOF(); ReasonOf(err) == ReasonProtocol {
+		if err := s.ack(x, st); ReasonOf(err) == ReasonProtocol {
 			return a, nil, err
 		}
 		ref := &SyncRefusal{Peer: p, Code: a.Code, Reason: a.Reason, Round: a.Round}

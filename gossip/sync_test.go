@@ -10,6 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -435,8 +436,8 @@ func TestSyncRoles(t *testing.T) {
 	}
 }
 
-// TestSyncCloseAfterRound: a leader that closes right after a round still
-// delivers the round's average to its members.
+// TestSyncCloseAfterRound: a leader that closes, host and all, right after a
+// round still delivers the round's average to its members.
 func TestSyncCloseAfterRound(t *testing.T) {
 	checkLeaks(t)
 	cfg := syncTestConfig()
@@ -452,7 +453,9 @@ func TestSyncCloseAfterRound(t *testing.T) {
 	if _, err := l.svc.Reduce(t.Context(), contribution(10, 26, 4)); err != nil {
 		t.Fatal(err)
 	}
+	// A stopping node closes its host right after the service.
 	_ = l.svc.Close()
+	_ = l.h.Close()
 	wg.Wait()
 	if aErr != nil {
 		t.Fatalf("member lost the last round's average: %v", aErr)
@@ -516,6 +519,7 @@ func TestSyncHostile(t *testing.T) {
 		st := rawSync(t, evil, l.id())
 		qb := c.q.Marshal()
 		_, _ = st.Write(qb[:])
+		_ = st.CloseWrite()
 		if a := readAnswer(t, st); a.Code != SyncRejected || a.Reason != c.reason {
 			t.Errorf("%+v answered %s/%s, want rejected/%s", c.q, a.Code, a.Reason, c.reason)
 		}
@@ -585,4 +589,58 @@ func FuzzSyncDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkSyncRound is one round of a leader and three members over
+// loopback TCP with the default MLP's 235,146 parameters: each member sends
+// its parameters and momentum and gets the average back.
+func BenchmarkSyncRound(b *testing.B) {
+	const n, members = 235146, 3
+	cfg := syncTestConfig()
+	cfg.Elements, cfg.ChunkSize = n, DefaultChunkSize
+	cfg.Timeout = time.Minute
+	peers := make([]*syncPeer, members+1)
+	for i := range peers {
+		h := newHost(b, "tcp", testConfig(n))
+		svc, err := NewSyncService(h, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = svc.Close() })
+		peers[i] = &syncPeer{h: h, svc: svc}
+	}
+	for i, a := range peers {
+		for _, c := range peers[i+1:] {
+			connect(b, a.h, c.h)
+		}
+	}
+	slices.SortFunc(peers, func(x, y *syncPeer) int { return strings.Compare(string(x.id()), string(y.id())) })
+	l := peers[0]
+	base := SyncState{Params: randVec(n, 1), Momentum: randVec(n, 2), Members: sortedIDs(peers...)}
+	if err := l.svc.Lead(base); err != nil {
+		b.Fatal(err)
+	}
+	own := make([]Contribution, len(peers))
+	for i := range own {
+		own[i] = Contribution{Params: randVec(n, uint64(10+i)), Momentum: randVec(n, uint64(20+i))}
+	}
+	ctx := context.Background()
+	b.SetBytes(int64(members * 2 * 2 * 4 * n)) // up and down, params and momentum
+	b.ResetTimer()
+	for r := int64(1); r <= int64(b.N); r++ {
+		var wg sync.WaitGroup
+		errs := make([]error, len(peers))
+		for i, p := range peers[1:] {
+			c := own[i+1]
+			c.Round, c.Progress = r, params.Progress(float64(16*(members+1)*(r-1))+16)
+			wg.Go(func() { _, errs[i+1] = p.svc.Contribute(ctx, l.id(), c) })
+		}
+		c := own[0]
+		c.Round, c.Progress = r, params.Progress(float64(16*(members+1)*(r-1))+16)
+		_, errs[0] = l.svc.Reduce(ctx, c)
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

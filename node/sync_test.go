@@ -1,11 +1,15 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -136,6 +140,25 @@ type syncRun struct {
 	done     chan struct{}
 	res      *Result
 	err      error
+	log      *lockedBuffer
+}
+
+// lockedBuffer keeps a node's log lines, shown when the test fails.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // newSyncNodes builds one node per slowdown, bootstrapped off the first,
@@ -158,13 +181,20 @@ func newSyncNodes(t *testing.T, network string, slowdowns []float64, maxSteps in
 		}
 		// gossipsub lives as long as New's context: it ends with the test.
 		meshCtx, endMesh := context.WithCancel(context.Background())
-		n, err := New(meshCtx, cfg, nil, nil, nil)
+		logs := new(lockedBuffer)
+		log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		n, err := New(meshCtx, cfg, nil, log, nil)
 		if err != nil {
 			endMesh()
 			t.Fatalf("New: %v", err)
 		}
-		r := &syncRun{Node: n, slowdown: f, done: make(chan struct{})}
+		r := &syncRun{Node: n, slowdown: f, done: make(chan struct{}), log: logs}
 		nodes[i] = r
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("node %d (%s) log:\n%s", i, n.ID(), syncLines(logs.String()))
+			}
+		})
 		// Until started, the mesh is closed here; once started, by Run.
 		t.Cleanup(func() {
 			defer endMesh()
@@ -184,6 +214,17 @@ func newSyncNodes(t *testing.T, network string, slowdowns []float64, maxSteps in
 		return true
 	})
 	return nodes
+}
+
+// syncLines keeps the sync mode's lines of a node's log.
+func syncLines(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, "sync") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func (r *syncRun) start() {
@@ -408,7 +449,7 @@ func TestSyncJoinIdentical(t *testing.T) {
 		s := r.res.Trainer.Snapshot()
 		snaps = append(snaps, s.Params)
 		v := r.SyncStatus()
-		t.Logf("node %d: step %d, progress %v, joins %d, founded %d, members %d", i, s.Step, float64(s.Progress), v.Joins, v.Founded, len(v.Members))
+		t.Logf("node %d (%s): step %d, progress %v, sync %+v", i, r.ID(), s.Step, float64(s.Progress), v)
 		if s.Step != steps {
 			t.Errorf("node %d ended at step %d, want %d", i, s.Step, steps)
 		}
