@@ -86,15 +86,16 @@ func medianOver(runs []*Run, f func(*Run) float64) float64 {
 // report seeds, the headline ratios and the bars.
 func summarize(res *Results) {
 	n := res.Settings.Nodes
-	ideal := map[uint64]*float64{}
+	ideal, pace := map[uint64]*float64{}, map[uint64]*float64{}
 	for i := range res.Runs {
 		r := &res.Runs[i]
 		if r.Mode == ModeSync && r.Error == "" && r.SamplesToTarget != nil {
 			ideal[r.Seed] = opt(IdealTime(*r.SamplesToTarget, res.SoloSamplesPerS))
+			pace[r.Seed] = opt(SyncPaceTime(*r.SamplesToTarget, res.SoloSamplesPerS))
 		}
 	}
 	for i := range res.Runs {
-		res.Runs[i].IdealTimeS = ideal[res.Runs[i].Seed]
+		res.Runs[i].IdealTimeS, res.Runs[i].SyncPaceTimeS = ideal[res.Runs[i].Seed], pace[res.Runs[i].Seed]
 	}
 	byMode := map[string][]*Run{}
 	for i := range res.Runs {
@@ -120,6 +121,7 @@ func summarize(res *Results) {
 		s.FirstNodeTimeS = medianOf(runs, func(r *Run) *float64 { return r.FirstNodeTimeS })
 		s.SamplesToTarget = medianOf(runs, func(r *Run) *float64 { return r.SamplesToTarget })
 		s.IdealTimeToTarget = medianOf(runs, func(r *Run) *float64 { return r.IdealTimeS })
+		s.SyncPaceTimeS = medianOf(runs, func(r *Run) *float64 { return r.SyncPaceTimeS })
 		s.FinalAccuracy = medianOf(runs, func(r *Run) *float64 { return &r.FinalAccuracyMean })
 		s.SamplesPerS = medianOf(runs, func(r *Run) *float64 { return &r.SamplesPerS })
 		s.Efficiency = medianOf(runs, func(r *Run) *float64 { return &r.Efficiency })
@@ -153,6 +155,7 @@ func ratios(res *Results, byMode map[string][]*Run) Ratios {
 		q.GossipOverSync = opt(Ratio(val(g.TimeToTargetS), val(s.TimeToTargetS)))
 		q.ThroughputGossipOverSync = opt(Ratio(val(g.SamplesPerS), val(s.SamplesPerS)))
 		q.GossipOverIdeal = opt(Ratio(val(g.TimeToTargetS), val(s.IdealTimeToTarget)))
+		q.GossipOverSyncPace = opt(Ratio(val(g.TimeToTargetS), val(s.SyncPaceTimeS)))
 	}
 	for _, seed := range res.Settings.Seeds {
 		var gt, st, it *float64

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meshtrain/meshtrain/averaging"
+	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/train"
 )
@@ -61,10 +62,12 @@ type BenchConfig struct {
 	BaseStep time.Duration
 	// SnapshotEvery is the time resolution of every measurement.
 	SnapshotEvery time.Duration
-	// Gossip settings: merge interval, base weight and staleness decay.
+	// Gossip settings: merge interval, base weight, staleness decay and the
+	// precision of the models sent (fp32 or fp16).
 	AvgInterval time.Duration
 	Alpha       float64
 	Staleness   string
+	WireDType   string
 	// Threads per node (GOMAXPROCS): 1 keeps the swarm's CPU demand within
 	// the cores the profile assumes.
 	Threads int
@@ -101,11 +104,12 @@ func DefaultBenchConfig() BenchConfig {
 		Modes:         slices.Clone(AllModes),
 		LRGrid:        []float64{0.05, 0.1, 0.2},
 		SyncLRGrid:    []float64{0.1, 0.2, 0.4},
-		Duration:      40 * time.Second,
+		Duration:      90 * time.Second,
 		SnapshotEvery: 250 * time.Millisecond,
-		AvgInterval:   250 * time.Millisecond,
+		AvgInterval:   50 * time.Millisecond,
 		Alpha:         averaging.DefaultAlpha,
 		Staleness:     averaging.DefaultStaleness,
+		WireDType:     "fp16",
 		Threads:       1,
 		Settle:        3 * time.Second,
 	}
@@ -211,6 +215,9 @@ func (c BenchConfig) Validate() error {
 		bad("alpha %v not in (0,1]", c.Alpha)
 	}
 	if _, err := averaging.ParseStaleness(c.Staleness); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrBench, err))
+	}
+	if _, err := gossip.ParseDType(c.WireDType); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrBench, err))
 	}
 	if c.Threads < 1 || c.Threads > 256 {
@@ -439,7 +446,7 @@ func fmtFracs(xs []float64) string {
 // modeArgs are the node flags that make a mode.
 func (c BenchConfig) modeArgs(mode string) []string {
 	gossip := []string{"--mode", "gossip", "--alpha", strconv.FormatFloat(c.Alpha, 'g', -1, 64),
-		"--avg-interval", c.AvgInterval.String()}
+		"--avg-interval", c.AvgInterval.String(), "--wire-dtype", c.WireDType}
 	switch mode {
 	case ModeGossip:
 		return append(gossip, "--staleness", c.Staleness)
@@ -614,7 +621,8 @@ func settings(c BenchConfig) Settings {
 		Dataset: c.Dataset, NonIID: c.NonIID, Model: c.Model, Batch: c.Batch, Schedule: c.Schedule, Modes: c.Modes,
 		LRGrid: c.LRGrid, SyncLRGrid: c.SyncLRGrid, DurationS: c.Duration.Seconds(), FixedWallS: c.Duration.Seconds(),
 		SnapshotS: c.SnapshotEvery.Seconds(), AvgIntervalS: c.AvgInterval.Seconds(), Alpha: c.Alpha, Staleness: c.Staleness,
-		Threads: c.Threads, NodeArgs: c.NodeArgs, Quick: c.Quick,
+		WireDType: c.WireDType,
+		Threads:   c.Threads, NodeArgs: c.NodeArgs, Quick: c.Quick,
 		Heterogeneity: "emulated: each step lasts slowdown x base step (sleeping after the compute; the sleep counts as busy), " +
 			fmt.Sprintf("%d thread(s) per node", c.Threads)}
 }

@@ -144,7 +144,10 @@ func TestSoloRatesEfficiencyAndIdealOnTheProfile(t *testing.T) {
 	if got := IdealTime(88000, solo); !near(got, 2) {
 		t.Errorf("ideal %v, want 88000/44000 = 2 s", got)
 	}
-	if Efficiency(1, 0, solo) != 0 || IdealTime(1, nil) != 0 || SoloRates(64, 0, []float64{2})[0] != 0 {
+	if got := SyncPaceTime(88000, solo); !near(got, 5.5) {
+		t.Errorf("sync pace %v, want 88000/(4 x 4000) = 5.5 s", got)
+	}
+	if Efficiency(1, 0, solo) != 0 || IdealTime(1, nil) != 0 || SyncPaceTime(1, nil) != 0 || SoloRates(64, 0, []float64{2})[0] != 0 {
 		t.Error("degenerate inputs must give 0")
 	}
 }
@@ -233,7 +236,8 @@ func fakeResults() *Results {
 		BaseStepS: 0.002, LR: map[string]float64{ModeGossip: 0.1, ModeGossipConst: 0.1, ModeSync: 0.2, ModeLocal: 0.1}}
 	res.Settings = Settings{Nodes: 2, Slowdowns: []float64{2, 4}, Target: 0.97, Seeds: []uint64{1, 2}, TuneSeed: 1000,
 		Dataset: "mnist", Model: "mlp:256,128", Batch: 64, Schedule: "const", Modes: AllModes, DurationS: 10, FixedWallS: 10,
-		SnapshotS: 0.5, AvgIntervalS: 0.25, Alpha: 0.5, Staleness: "poly:0.5", Threads: 1, Heterogeneity: "emulated"}
+		SnapshotS: 0.5, AvgIntervalS: 0.25, Alpha: 0.5, Staleness: "poly:0.5", WireDType: "fp16", Threads: 1,
+		Heterogeneity: "emulated"}
 	res.SoloSamplesPerS = SoloRates(64, 0.002, res.Settings.Slowdowns)
 	res.SoloSamplesPerSSum = Sum(res.SoloSamplesPerS)
 	solo := res.SoloSamplesPerS
@@ -265,6 +269,9 @@ func TestSummarizeIdealRatiosAndBars(t *testing.T) {
 		if r.IdealTimeS == nil || !near(*r.IdealTimeS, 1) {
 			t.Fatalf("%s seed %d: ideal %v, want 24000/24000 = 1 s", r.Mode, r.Seed, r.IdealTimeS)
 		}
+		if r.SyncPaceTimeS == nil || !near(*r.SyncPaceTimeS, 1.5) {
+			t.Fatalf("%s seed %d: sync pace %v, want 24000/(2 x 8000) = 1.5 s", r.Mode, r.Seed, r.SyncPaceTimeS)
+		}
 	}
 	g := res.Summary[ModeGossip]
 	if g.Runs != 2 || g.Reached != 2 || !near(*g.TimeToTargetS, 2.25) {
@@ -274,8 +281,9 @@ func TestSummarizeIdealRatiosAndBars(t *testing.T) {
 		t.Errorf("local summary %+v", l)
 	}
 	q := res.Ratios
-	if !near(*q.GossipOverSync, 2.25/6) || !near(*q.GossipOverIdeal, 2.25) || !near(*q.ThroughputGossipOverSync, 3) {
-		t.Errorf("ratios %v %v %v", *q.GossipOverSync, *q.GossipOverIdeal, *q.ThroughputGossipOverSync)
+	if !near(*q.GossipOverSync, 2.25/6) || !near(*q.GossipOverIdeal, 2.25) || !near(*q.ThroughputGossipOverSync, 3) ||
+		!near(*q.GossipOverSyncPace, 1.5) {
+		t.Errorf("ratios %v %v %v %v", *q.GossipOverSync, *q.GossipOverIdeal, *q.ThroughputGossipOverSync, *q.GossipOverSyncPace)
 	}
 	if !near(q.StructuralThroughput, 24000.0/(2*8000)) || len(q.PerSeedGossipOverSync) != 2 || !near(*q.PerSeedGossipOverSync[1], 2.5/6) {
 		t.Errorf("structural %v, per seed %v", q.StructuralThroughput, q.PerSeedGossipOverSync)
@@ -384,11 +392,12 @@ func TestBenchConfigValidateReportsEveryField(t *testing.T) {
 	c.LRGrid = []float64{-1}
 	c.Duration, c.SnapshotEvery = 0, 0
 	c.Staleness = "poly"
+	c.WireDType = "fp8"
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("accepted")
 	}
-	for _, want := range []string{"no binary", "nodes 0", "target 1.5", "tune seed 2", "async", "-1", "duration", "snapshot", "poly"} {
+	for _, want := range []string{"no binary", "nodes 0", "target 1.5", "tune seed 2", "async", "-1", "duration", "snapshot", "poly", "fp8"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %q: %v", want, err)
 		}

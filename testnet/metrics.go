@@ -217,6 +217,20 @@ func IdealTime(syncSamplesToTarget float64, soloRates []float64) float64 {
 	return syncSamplesToTarget / s
 }
 
+// SyncPaceTime is the time to target of a synchronous cluster with no
+// communication cost: every step waits for the slowest node only, so the
+// cluster processes nodes x the slowest solo rate.
+func SyncPaceTime(syncSamplesToTarget float64, soloRates []float64) float64 {
+	if len(soloRates) == 0 {
+		return 0
+	}
+	slowest := slices.Min(soloRates)
+	if slowest <= 0 {
+		return 0
+	}
+	return syncSamplesToTarget / (float64(len(soloRates)) * slowest)
+}
+
 // Median of xs (the mean of the middle two for an even count); NaN for
 // none. xs is not modified.
 func Median(xs []float64) float64 {

@@ -88,6 +88,7 @@ type Settings struct {
 	AvgIntervalS  float64   `json:"avg_interval_s"`
 	Alpha         float64   `json:"alpha"`
 	Staleness     string    `json:"staleness"`
+	WireDType     string    `json:"wire_dtype"`
 	Threads       int       `json:"threads"`
 	NodeArgs      []string  `json:"node_args,omitempty"`
 	Heterogeneity string    `json:"heterogeneity"`
@@ -112,6 +113,10 @@ type Run struct {
 	SamplesToTarget *float64 `json:"samples_to_target"`
 	// IdealTimeS: this seed's sync samples to target / sum of solo rates.
 	IdealTimeS *float64 `json:"ideal_time_to_target_s"`
+	// SyncPaceTimeS: this seed's sync samples to target at sync's own
+	// structural pace (every node at the slowest one's rate, no
+	// communication cost): what a perfect synchronous implementation takes.
+	SyncPaceTimeS *float64 `json:"sync_pace_time_to_target_s"`
 
 	// Accuracy of each node's model at the fixed wall time, and their mean.
 	FixedWallS        float64   `json:"fixed_wall_s"`
@@ -145,6 +150,7 @@ type ModeSummary struct {
 	BusyFraction      []float64 `json:"busy_fraction"`
 	BytesSentPerNode  []float64 `json:"bytes_sent"`
 	IdealTimeToTarget *float64  `json:"ideal_time_to_target_s,omitempty"`
+	SyncPaceTimeS     *float64  `json:"sync_pace_time_to_target_s,omitempty"`
 }
 
 // Ratios are the headline comparisons, medians over seeds.
@@ -153,6 +159,10 @@ type Ratios struct {
 	GossipOverSync *float64 `json:"gossip_over_sync"`
 	// GossipOverIdeal: gossip's median time to target / the median ideal.
 	GossipOverIdeal *float64 `json:"gossip_over_ideal"`
+	// GossipOverSyncPace: gossip's median time to target / the median
+	// time a perfect synchronous implementation would take (sync's samples
+	// to target at nodes x the slowest node's rate).
+	GossipOverSyncPace *float64 `json:"gossip_over_sync_pace"`
 	// ThroughputGossipOverSync: cluster samples/s, gossip / sync.
 	ThroughputGossipOverSync *float64 `json:"throughput_gossip_over_sync"`
 	// StructuralThroughput is the profile's own ratio: sum of solo rates /

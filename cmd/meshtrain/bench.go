@@ -38,6 +38,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	avgInterval := fs.Duration("avg-interval", d.AvgInterval, "gossip: wall time between the merges a node starts")
 	alpha := fs.Float64("alpha", d.Alpha, "gossip: base merge weight")
 	staleness := fs.String("staleness", d.Staleness, "gossip: staleness decay (gossip-const uses const)")
+	wire := fs.String("wire-dtype", d.WireDType, "gossip: precision of the models sent, fp32 or fp16")
 	threads := fs.Int("threads", d.Threads, "cores per node")
 	settle := fs.Duration("settle", d.Settle, "wait after the nodes are up, before the common start")
 	keep := fs.Bool("keep-snapshots", false, "keep the snapshot files after scoring them")
@@ -95,7 +96,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		}
 	}
 	cfg.BaseStep, cfg.SnapshotEvery, cfg.AvgInterval = *baseStep, *snapEvery, *avgInterval
-	cfg.Alpha, cfg.Staleness, cfg.Threads, cfg.Settle = *alpha, *staleness, *threads, *settle
+	cfg.Alpha, cfg.Staleness, cfg.WireDType, cfg.Threads, cfg.Settle = *alpha, *staleness, *wire, *threads, *settle
 	cfg.KeepSnapshots, cfg.NodeArgs = *keep, fs.Args()
 	cfg.Command = "meshtrain bench " + strings.Join(args, " ")
 	cfg.Progress = e.stdout

@@ -20,6 +20,7 @@ func TestBenchBadFlagsAreOneLineAndExitTwo(t *testing.T) {
 		{"bench", "--duration", "0s"},
 		{"bench", "--snapshot-every", "1ms"},
 		{"bench", "--staleness", "poly"},
+		{"bench", "--wire-dtype", "fp8"},
 		{"bench", "--dataset", "cifar"},
 		{"bench", "--model", "mlp:x"},
 		{"bench", "--threads", "0"},
