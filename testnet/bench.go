@@ -406,8 +406,9 @@ func (b *bench) run(ctx context.Context, j job) (Run, error) {
 	b.done++
 	b.spent += time.Since(began)
 	eta := time.Duration(float64(b.spent) / float64(b.done) * float64(b.total-b.done))
-	fmt.Fprintf(b.cfg.Progress, "[%2d/%d] %-28s %s | setup %.0fs, scoring %.0fs | elapsed %s, ETA %s\n", b.done, b.total,
-		j.name(), runLine(run, b.cfg.Target), run.SetupS, run.ScoringS, time.Since(b.started).Round(time.Second), eta.Round(time.Second))
+	fmt.Fprintf(b.cfg.Progress, "[%2d/%d] %-28s %s | load %.1f, setup %.0fs, scoring %.0fs | elapsed %s, ETA %s\n", b.done,
+		b.total, j.name(), runLine(run, b.cfg.Target), run.LoadAvg, run.SetupS, run.ScoringS, time.Since(b.started).Round(time.Second),
+		eta.Round(time.Second))
 	return run, nil
 }
 
@@ -521,6 +522,7 @@ func (b *bench) swarm(ctx context.Context, j job) (Run, error) {
 		return run, fmt.Errorf("%w: every node exited before the end; see the logs in %s", ErrBench, dir)
 	case <-time.After(time.Until(t0.Add(c.Duration))):
 	}
+	run.LoadAvg = loadAvg1()
 	var dead []string
 	for _, r := range tn.Summary() {
 		if !r.Alive {
@@ -625,6 +627,20 @@ func settings(c BenchConfig) Settings {
 		Threads:   c.Threads, NodeArgs: c.NodeArgs, Quick: c.Quick,
 		Heterogeneity: "emulated: each step lasts slowdown x base step (sleeping after the compute; the sleep counts as busy), " +
 			fmt.Sprintf("%d thread(s) per node", c.Threads)}
+}
+
+// loadAvg1 is the 1-minute load average (0 where unknown).
+func loadAvg1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
 
 // machineInfo describes this machine (Linux details when available).

@@ -159,8 +159,8 @@ func WriteReport(w io.Writer, r *Results) error {
 }
 
 func writeRunTable(b *strings.Builder, runs []Run) {
-	fmt.Fprintf(b, "| mode | seed | lr | all nodes | first node | samples to target | ideal | final accuracy | samples/s | efficiency | busy per node | merges per node | network wait s per node |\n")
-	fmt.Fprintf(b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "| mode | seed | lr | all nodes | first node | samples to target | ideal | final accuracy | samples/s | efficiency | busy per node | merges per node | network wait s per node | load |\n")
+	fmt.Fprintf(b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, run := range runs {
 		if run.Error != "" {
 			fmt.Fprintf(b, "| %s | %d | %g | failed: %s |\n", run.Mode, run.Seed, run.LR, strings.ReplaceAll(run.Error, "|", "/"))
@@ -174,10 +174,10 @@ func writeRunTable(b *strings.Builder, runs []Run) {
 		for i, w := range run.NetworkWaitS {
 			waits[i] = fmt.Sprintf("%.1f", w)
 		}
-		fmt.Fprintf(b, "| %s | %d | %g | %s | %s | %s | %s | %.2f%% | %.0f | %.3f | %s | %s | %s |\n", run.Mode, run.Seed, run.LR,
-			secs(run.TimeToTargetS), secs(run.FirstNodeTimeS), num(run.SamplesToTarget, "%.0f"), secs(run.IdealTimeS),
+		fmt.Fprintf(b, "| %s | %d | %g | %s | %s | %s | %s | %.2f%% | %.0f | %.3f | %s | %s | %s | %.1f |\n", run.Mode, run.Seed,
+			run.LR, secs(run.TimeToTargetS), secs(run.FirstNodeTimeS), num(run.SamplesToTarget, "%.0f"), secs(run.IdealTimeS),
 			100*run.FinalAccuracyMean, run.SamplesPerS, run.Efficiency, fracs(run.BusyFraction), strings.Join(merges, " / "),
-			strings.Join(waits, " / "))
+			strings.Join(waits, " / "), run.LoadAvg)
 	}
 }
 

@@ -133,7 +133,10 @@ type Run struct {
 	// The harness's own time: starting the swarm, and scoring snapshots.
 	SetupS   float64 `json:"setup_s"`
 	ScoringS float64 `json:"scoring_s"`
-	Error    string  `json:"error,omitempty"`
+	// LoadAvg is the machine's 1-minute load average as the run ended:
+	// above the core count, something besides the swarm competed for CPU.
+	LoadAvg float64 `json:"load_avg"`
+	Error   string  `json:"error,omitempty"`
 }
 
 // ModeSummary holds a mode's medians over the report seeds.
