@@ -52,6 +52,9 @@ type Node struct {
 	ann  *gossip.Announcer
 	svc  *gossip.Service
 	sync *syncer // sync mode only; see sync.go
+	// stopPS ends pubsub's goroutines, which otherwise live as long as the
+	// context New was given rather than as long as the mesh.
+	stopPS context.CancelFunc
 
 	counters gossip.Counters
 	inbound  chan inboundModel
@@ -166,7 +169,9 @@ func (n *Node) startMesh(ctx context.Context) error {
 	if n.host, err = NewHost(n.key, hc, n.baseLog); err != nil {
 		return err
 	}
-	if n.ps, err = pubsub.NewGossipSub(ctx, n.host); err != nil {
+	psCtx, stopPS := context.WithCancel(ctx)
+	n.stopPS = stopPS
+	if n.ps, err = pubsub.NewGossipSub(psCtx, n.host); err != nil {
 		return fmt.Errorf("node: gossipsub: %w", err)
 	}
 	if n.svc, err = gossip.NewService(n.host, ex, n.serveSnapshot); err != nil {
@@ -599,6 +604,9 @@ func (n *Node) closeMesh() {
 		}
 		if n.svc != nil {
 			_ = n.svc.Close()
+		}
+		if n.stopPS != nil {
+			n.stopPS()
 		}
 		if n.host != nil {
 			_ = n.host.Close()
