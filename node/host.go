@@ -216,6 +216,7 @@ func (n *Host) discover(ctx context.Context) {
 	ns := rendezvous(n.cfg.Network)
 	t := time.NewTimer(0)
 	defer t.Stop()
+	advertising := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -227,7 +228,13 @@ func (n *Host) discover(ctx context.Context) {
 			n.log.Debug("DHT bootstrap", "err", err)
 		}
 		if n.DHT.RoutingTable().Size() > 0 {
-			dutil.Advertise(ctx, rd, ns)
+			// dutil.Advertise starts a goroutine that re-advertises on its
+			// own before the record expires: start it once, not once per
+			// round, or every round adds a goroutine and a provide query.
+			if !advertising {
+				dutil.Advertise(ctx, rd, ns)
+				advertising = true
+			}
 			n.findPeers(ctx, rd, ns)
 		}
 		t.Reset(n.cfg.DiscoveryInterval)
