@@ -7,6 +7,7 @@ import (
 
 	"github.com/meshtrain/meshtrain/averaging"
 	"github.com/meshtrain/meshtrain/gossip"
+	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/train"
 )
 
@@ -112,15 +113,37 @@ func DefaultConfig() Config {
 // ErrBadConfig is wrapped by every Validate error.
 var ErrBadConfig = errors.New("node: bad config")
 
+// configError is another package's config error, which also wraps
+// ErrBadConfig; its message is the other package's.
+type configError struct{ err error }
+
+func (e configError) Error() string   { return e.err.Error() }
+func (e configError) Unwrap() []error { return []error{ErrBadConfig, e.err} }
+
 // Validate reports every bad field at once.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrBadConfig}, a...)...))
 	}
-	if err := c.Train.Validate(); err != nil {
-		errs = append(errs, err)
+	// sub adds the errors of settings another package checks, one per bad
+	// field, each wrapping ErrBadConfig too.
+	sub := func(prefix string, err error) {
+		list := []error{err}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			list = j.Unwrap()
+		}
+		for _, e := range list {
+			if e == nil {
+				continue
+			}
+			if prefix != "" {
+				e = fmt.Errorf("%s: %w", prefix, e)
+			}
+			errs = append(errs, configError{e})
+		}
 	}
+	sub("", c.Train.Validate())
 	if _, _, err := Shape(c.Dataset); err != nil {
 		bad("dataset %q: want mnist or synthetic", c.Dataset)
 	}
@@ -140,9 +163,16 @@ func (c Config) Validate() error {
 		if c.ExchangeTimeout <= 0 {
 			bad("exchange timeout %v: must be > 0", c.ExchangeTimeout)
 		}
-		if err := c.Merger.Validate(); err != nil {
-			errs = append(errs, err)
-		}
+		sub("", c.Merger.Validate())
+		// The node fills in the fingerprint, size and network when it starts
+		// the protocols; with stand-ins for those, the rest of the gossip
+		// settings (and whether the network name fits the announce topic)
+		// are checked now rather than after the host is up.
+		ex, ac := c.Exchange, c.Announce
+		ex.Fingerprint, ex.Elements = params.Fingerprint{1}, 0
+		ac.Fingerprint, ac.Network = params.Fingerprint{1}, c.Host.Network
+		sub("exchange settings", ex.Validate())
+		sub("announce settings", ac.Validate())
 		if c.CatchUp < 0 {
 			bad("catch-up %v: must be >= 0", c.CatchUp)
 		}
