@@ -209,7 +209,8 @@ func paramSpread(vs [][]float32) (mean, maxDist float64) {
 // initialisation and the shard partition, and every node of a network must
 // share it for the shards to be disjoint; this gives a node its own
 // starting point through the merge hook instead, without touching the
-// trainer's configuration.
+// trainer's configuration. (The trainer counts it as a merge in its own
+// Stats; the node's merge counters do not see it.)
 func reinit(t *testing.T, n *node.Node, seed uint64) {
 	t.Helper()
 	tr := n.Trainer()
