@@ -445,28 +445,11 @@ func (s *Service) handle(st network.Stream) {
 	}
 	defer s.wg.Done()
 	p := st.Conn().RemotePeer()
-	// Bound the streams that have not said what they want yet: each costs a
-	// goroutine for up to ChunkTimeout, which is what a stalling peer is
-	// after.
-	if n := s.pending.Add(1); n > int64(s.cfg.MaxPending) {
-		s.pending.Add(-1)
-		_ = st.Reset()
-		s.rj.reject(p, fmt.Errorf("%w: %d streams already waiting for their request", ErrBusy, s.cfg.MaxPending))
+	donePending, ok := admitStream(&s.pending, s.cfg.MaxPending, st, ServiceName, s.rj, "streams")
+	if !ok {
 		return
-	}
-	pending := true
-	donePending := func() {
-		if pending {
-			pending = false
-			s.pending.Add(-1)
-		}
 	}
 	defer donePending()
-	if err := st.Scope().SetService(ServiceName); err != nil {
-		_ = st.Reset()
-		s.rj.reject(p, fmt.Errorf("%w: resource manager: %w", ErrBusy, err))
-		return
-	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ExchangeTimeout)
 	defer cancel()
 	defer context.AfterFunc(ctx, func() { _ = st.Reset() })()
@@ -614,4 +597,28 @@ func (s *Service) serve(x *streamIO, st network.Stream, q Request, local *Frame,
 		}
 	}
 	return remote, false, nil
+}
+
+// admitStream counts an inbound stream among those that have not said what
+// they want yet, bounded by max: each costs a goroutine for up to a chunk
+// timeout, which is what a stalling peer is after. It attributes the stream
+// to service in the resource manager. On refusal it resets the stream and
+// counts the rejection; otherwise done (idempotent) ends the pending state.
+func admitStream(pending *atomic.Int64, max int, st network.Stream, service string, rj *rejecter, what string) (done func(), ok bool) {
+	p := st.Conn().RemotePeer()
+	if n := pending.Add(1); n > int64(max) {
+		pending.Add(-1)
+		_ = st.Reset()
+		rj.reject(p, fmt.Errorf("%w: %d %s already waiting for their request", ErrBusy, max, what))
+		return nil, false
+	}
+	var once sync.Once
+	done = func() { once.Do(func() { pending.Add(-1) }) }
+	if err := st.Scope().SetService(service); err != nil {
+		done()
+		_ = st.Reset()
+		rj.reject(p, fmt.Errorf("%w: resource manager: %w", ErrBusy, err))
+		return nil, false
+	}
+	return done, true
 }

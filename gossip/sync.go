@@ -889,25 +889,11 @@ func (s *SyncService) handle(st network.Stream) {
 	}
 	defer s.wg.Done()
 	p := st.Conn().RemotePeer()
-	if n := s.pending.Add(1); n > int64(s.cfg.MaxPending) {
-		s.pending.Add(-1)
-		_ = st.Reset()
-		s.rj.reject(p, fmt.Errorf("%w: %d sync streams already waiting for their request", ErrBusy, s.cfg.MaxPending))
+	donePending, ok := admitStream(&s.pending, s.cfg.MaxPending, st, SyncServiceName, s.rj, "sync streams")
+	if !ok {
 		return
-	}
-	pending := true
-	donePending := func() {
-		if pending {
-			pending = false
-			s.pending.Add(-1)
-		}
 	}
 	defer donePending()
-	if err := st.Scope().SetService(SyncServiceName); err != nil {
-		_ = st.Reset()
-		s.rj.reject(p, fmt.Errorf("%w: resource manager: %w", ErrBusy, err))
-		return
-	}
 	// Reads are aborted by Close; once a stream has only answers left to
 	// write, it is detached so that Close lets them finish.
 	detach := context.AfterFunc(s.ctx, func() { _ = st.Reset() })
