@@ -1,18 +1,19 @@
 // Package node wires the pieces of a meshtrain peer together and owns their
-// lifecycle: the trainer loop, the checkpointer, the node's identity, and
-// (with the mesh) the libp2p host and the averager.
+// lifecycle: the built-in trainer, the checkpointer, the node's identity,
+// the libp2p host (profiles, bootstrap, DHT, mDNS), the announce topic, the
+// parameter exchange and the averaging loops of the three modes: gossip
+// (own pace, staleness-weighted merges), sync (every step averaged across
+// the group, DDP semantics) and local (no merges).
 //
-// Goroutines and what they own:
+// Goroutines and what they own are listed on Node. The trainer loop never
+// touches the network or the disk: merges reach it between two steps
+// through Trainer.Apply, checkpoints leave it as copies.
 //
-//   - the trainer loop (the caller of RunLocal) owns the stepping; it hands
-//     copies of the trainer state to the checkpointer and never waits for
-//     the disk;
-//
-//   - the checkpointer goroutine owns the store's write path; one state
-//     waits at most, and a newer one replaces it.
-//
-//     st, _ := store.Open(dir, store.Options{})
-//     defer st.Close()
-//     res, err := node.RunLocal(ctx, node.RunConfig{Train: train.DefaultConfig(), Dataset: "mnist",
-//     CheckpointEvery: 30 * time.Second}, st, logger, func(e node.Event) { fmt.Println(e.Event, e.Step) })
+//	st, _ := store.Open(dir, store.Options{})
+//	defer st.Close()
+//	cfg := node.DefaultConfig()
+//	cfg.Host.Bootstrap, _ = node.ParseBootstrap([]string{"/ip4/127.0.0.1/tcp/4001/p2p/12D3KooW..."})
+//	n, err := node.New(ctx, cfg, st, logger, printEvent)
+//	if err != nil { ... }
+//	res, err := n.Run(ctx, printEvent) // until a stop condition or ctx ends
 package node

@@ -198,7 +198,7 @@ func NewHost(key crypto.PrivKey, cfg HostConfig, log *slog.Logger) (*Host, error
 	return n, nil
 }
 
-// Addrs returns the host's listen addresses with its peer ID, the form
+// FullAddrs returns the host's listen addresses with its peer ID, the form
 // another node's --bootstrap takes.
 func (n *Host) FullAddrs() []string {
 	var out []string
