@@ -57,6 +57,7 @@ tidy:
 
 staticcheck:
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -tags e2e ./cmd/meshtrain/
 
 # Benchmarks: one core, as the numbers in docs are quoted.
 bench:
