@@ -1,6 +1,7 @@
 package testnet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,6 +48,11 @@ type BenchConfig struct {
 	Model    string
 	Batch    int
 	Schedule string
+	// Anneal: the report runs decay each mode's learning rate to zero at
+	// the end of the run (cosine over the progress the mode's tuning run
+	// had reached by then), as a training budgeted to Duration would; the
+	// tuning runs use Schedule. Only tuned modes can be annealed.
+	Anneal bool
 	// Modes to run, of AllModes.
 	Modes []string
 	// LRGrid is the learning rates tried for every mode but sync, which
@@ -101,6 +107,7 @@ func DefaultBenchConfig() BenchConfig {
 		Model:         d.Model,
 		Batch:         d.Batch,
 		Schedule:      "const",
+		Anneal:        true,
 		Modes:         slices.Clone(AllModes),
 		LRGrid:        []float64{0.05, 0.1, 0.2},
 		SyncLRGrid:    []float64{0.1, 0.2, 0.4},
@@ -124,7 +131,8 @@ func QuickBenchConfig() BenchConfig {
 	c.Seeds = 1
 	c.Target = 0.95
 	c.Duration = 15 * time.Second
-	c.FixedLR = map[string]float64{ModeGossip: 0.1, ModeGossipConst: 0.1, ModeSync: 0.2, ModeLocal: 0.1}
+	c.FixedLR = map[string]float64{ModeGossip: 0.1, ModeGossipConst: 0.1, ModeSync: 0.1, ModeLocal: 0.1}
+	c.Anneal = false
 	return c
 }
 
@@ -195,8 +203,12 @@ func (c BenchConfig) Validate() error {
 		}
 	}
 	for _, m := range c.Modes {
-		if _, fixed := c.FixedLR[m]; !fixed && len(c.grid(m)) == 0 {
+		_, fixed := c.FixedLR[m]
+		if !fixed && len(c.grid(m)) == 0 {
 			bad("mode %s has neither a fixed learning rate nor a grid", m)
+		}
+		if fixed && c.Anneal {
+			bad("mode %s: annealing needs the mode's tuning runs, not a fixed learning rate", m)
 		}
 	}
 	if c.Duration < time.Second || c.Duration > 24*time.Hour {
@@ -257,10 +269,11 @@ func (c BenchConfig) reportSeeds() []uint64 {
 
 // job is one run to do.
 type job struct {
-	tune bool
-	mode string
-	seed uint64
-	lr   float64
+	tune     bool
+	mode     string
+	seed     uint64
+	lr       float64
+	schedule string // "" means BenchConfig.Schedule
 }
 
 func (j job) name() string {
@@ -342,11 +355,22 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*Results, error) {
 			fmt.Fprintf(cfg.Progress, "%s: learning rate %g chosen on seed %d\n", m, res.LR[m], cfg.TuneSeed)
 		}
 	}
+	res.Schedule = map[string]string{}
+	for _, m := range cfg.Modes {
+		res.Schedule[m] = cfg.Schedule
+		if !cfg.Anneal {
+			continue
+		}
+		if total := AnnealTotal(res.Tuning, m, res.LR[m], cfg.Duration.Seconds()); total > 0 {
+			res.Schedule[m] = fmt.Sprintf("cosine:total=%.0f", total)
+		}
+		fmt.Fprintf(cfg.Progress, "%s: schedule %s\n", m, res.Schedule[m])
+	}
 	// Modes alternate within each seed, so a change in the machine's load
 	// during the benchmark falls on every mode alike.
 	for _, seed := range cfg.reportSeeds() {
 		for _, m := range cfg.Modes {
-			run, err := b.run(ctx, job{mode: m, seed: seed, lr: res.LR[m]})
+			run, err := b.run(ctx, job{mode: m, seed: seed, lr: res.LR[m], schedule: res.Schedule[m]})
 			if err != nil {
 				return nil, err
 			}
@@ -356,6 +380,24 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*Results, error) {
 	summarize(res)
 	res.RunTimeS = time.Since(b.started).Seconds()
 	return res, nil
+}
+
+// AnnealTotal is the progress a mode's tuning run at lr had reached at
+// wall time t, averaged over its nodes: a cosine schedule with this total
+// brings the mode's learning rate to zero at about t. 0 when there is no
+// such run.
+func AnnealTotal(tuning []Run, mode string, lr, t float64) float64 {
+	for _, r := range tuning {
+		if r.Mode != mode || r.LR != lr || r.Error != "" || len(r.Traces) == 0 {
+			continue
+		}
+		var sum float64
+		for _, tr := range r.Traces {
+			sum += interp(tr.Points, t, func(p Point) float64 { return p.Progress })
+		}
+		return sum / float64(len(r.Traces))
+	}
+	return 0
 }
 
 // BestLR picks a mode's learning rate from its tuning runs: the shortest
@@ -401,7 +443,7 @@ func (b *bench) run(ctx context.Context, j job) (Run, error) {
 		return Run{}, ctx.Err()
 	}
 	if err != nil {
-		run = Run{Mode: j.mode, Seed: j.seed, LR: j.lr, Error: err.Error()}
+		run = Run{Mode: j.mode, Seed: j.seed, LR: j.lr, Schedule: cmp.Or(j.schedule, b.cfg.Schedule), Error: err.Error()}
 	}
 	b.done++
 	b.spent += time.Since(began)
@@ -463,7 +505,7 @@ func (b *bench) nodeArgs(j job, net, snapDir, startFile string) []string {
 	args := []string{"--no-data-dir", "--log-level", "warn",
 		"--network", net, "--seed", strconv.FormatUint(j.seed, 10),
 		"--dataset", c.Dataset, "--model", c.Model, "--batch", strconv.Itoa(c.Batch),
-		"--lr", strconv.FormatFloat(j.lr, 'g', -1, 64), "--schedule", c.Schedule, "--epochs", "0",
+		"--lr", strconv.FormatFloat(j.lr, 'g', -1, 64), "--schedule", cmp.Or(j.schedule, c.Schedule), "--epochs", "0",
 		"--threads", strconv.Itoa(c.Threads), "--base-step", b.base.String(),
 		"--announce-interval", "1s", "--no-eval", "--checkpoint-every", "0",
 		"--snapshot-dir", snapDir, "--snapshot-every", c.SnapshotEvery.String(), "--start-file", startFile}
@@ -481,7 +523,7 @@ func (b *bench) nodeArgs(j job, net, snapDir, startFile string) []string {
 // after Duration, then score their snapshots.
 func (b *bench) swarm(ctx context.Context, j job) (Run, error) {
 	c := b.cfg
-	run := Run{Mode: j.mode, Seed: j.seed, LR: j.lr}
+	run := Run{Mode: j.mode, Seed: j.seed, LR: j.lr, Schedule: cmp.Or(j.schedule, c.Schedule)}
 	dir := filepath.Join(c.Work, j.name())
 	if err := os.RemoveAll(dir); err != nil {
 		return run, err
@@ -623,8 +665,8 @@ func settings(c BenchConfig) Settings {
 		Dataset: c.Dataset, NonIID: c.NonIID, Model: c.Model, Batch: c.Batch, Schedule: c.Schedule, Modes: c.Modes,
 		LRGrid: c.LRGrid, SyncLRGrid: c.SyncLRGrid, DurationS: c.Duration.Seconds(), FixedWallS: c.Duration.Seconds(),
 		SnapshotS: c.SnapshotEvery.Seconds(), AvgIntervalS: c.AvgInterval.Seconds(), Alpha: c.Alpha, Staleness: c.Staleness,
-		WireDType: c.WireDType,
-		Threads:   c.Threads, NodeArgs: c.NodeArgs, Quick: c.Quick,
+		WireDType: c.WireDType, Anneal: c.Anneal,
+		Threads: c.Threads, NodeArgs: c.NodeArgs, Quick: c.Quick,
 		Heterogeneity: "emulated: each step lasts slowdown x base step (sleeping after the compute; the sleep counts as busy), " +
 			fmt.Sprintf("%d thread(s) per node", c.Threads)}
 }

@@ -233,7 +233,8 @@ func TestAnalyzeRun(t *testing.T) {
 func fakeResults() *Results {
 	res := &Results{Schema: ResultsSchema, Command: "meshtrain bench --fake", Started: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
 		RunTimeS: 100, Machine: Machine{NumCPU: 2, MemoryBytes: 8 << 30, OS: "linux", Arch: "amd64", GoVersion: "go1.26"},
-		BaseStepS: 0.002, LR: map[string]float64{ModeGossip: 0.1, ModeGossipConst: 0.1, ModeSync: 0.2, ModeLocal: 0.1}}
+		BaseStepS: 0.002, LR: map[string]float64{ModeGossip: 0.1, ModeGossipConst: 0.1, ModeSync: 0.2, ModeLocal: 0.1},
+		Schedule: map[string]string{ModeGossip: "const", ModeGossipConst: "const", ModeSync: "const", ModeLocal: "const"}}
 	res.Settings = Settings{Nodes: 2, Slowdowns: []float64{2, 4}, Target: 0.97, Seeds: []uint64{1, 2}, TuneSeed: 1000,
 		Dataset: "mnist", Model: "mlp:256,128", Batch: 64, Schedule: "const", Modes: AllModes, DurationS: 10, FixedWallS: 10,
 		SnapshotS: 0.5, AvgIntervalS: 0.25, Alpha: 0.5, Staleness: "poly:0.5", WireDType: "fp16", Threads: 1,
@@ -299,6 +300,23 @@ func TestSummarizeIdealRatiosAndBars(t *testing.T) {
 	}
 	if BestLR(res.Tuning, ModeGossip) != 0.1 || BestLR(res.Tuning, ModeSync) != 0 {
 		t.Errorf("best LRs %v %v", BestLR(res.Tuning, ModeGossip), BestLR(res.Tuning, ModeSync))
+	}
+}
+
+func TestAnnealTotalIsTheTuningRunsProgressAtTheEnd(t *testing.T) {
+	run := func(lr float64, progress ...float64) Run {
+		r := Run{Mode: ModeGossip, LR: lr}
+		for _, p := range progress {
+			r.Traces = append(r.Traces, Trace{Points: []Point{{T: 0}, {T: 10, Progress: p}, {T: 20, Progress: 2 * p}}})
+		}
+		return r
+	}
+	tuning := []Run{run(0.05, 1, 1), run(0.1, 100, 300), {Mode: ModeSync, LR: 0.1, Error: "failed"}}
+	if got := AnnealTotal(tuning, ModeGossip, 0.1, 15); !near(got, 300) {
+		t.Errorf("total %v, want the mean of 150 and 450", got)
+	}
+	if AnnealTotal(tuning, ModeSync, 0.1, 15) != 0 || AnnealTotal(tuning, ModeGossip, 0.2, 15) != 0 {
+		t.Error("a failed or missing tuning run gives no total")
 	}
 }
 
@@ -385,6 +403,13 @@ func TestBenchConfigValidateReportsEveryField(t *testing.T) {
 	}
 	if err := func() error { c := QuickBenchConfig(); c.Binary = "meshtrain"; return c.Validate() }(); err != nil {
 		t.Fatalf("quick: %v", err)
+	}
+	if err := func() error {
+		c := QuickBenchConfig()
+		c.Binary, c.Anneal = "meshtrain", true
+		return c.Validate()
+	}(); err == nil || !strings.Contains(err.Error(), "annealing") {
+		t.Errorf("annealing with fixed learning rates: %v", err)
 	}
 	c := DefaultBenchConfig()
 	c.Nodes, c.Target, c.Seeds, c.TuneSeed = 0, 1.5, 3, 2

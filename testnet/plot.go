@@ -78,19 +78,30 @@ func hline(y, x0, x1 float64, c color.Color) (*plotter.Line, error) {
 	return l, nil
 }
 
+// faded is c at half opacity.
+func faded(c color.Color) color.Color {
+	r, g, b, _ := c.RGBA()
+	return color.NRGBA{R: uint8(r >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: 0x80}
+}
+
 // PlotAccuracy draws accuracy vs wall time per mode (solid: the nodes'
-// mean, dashed: the worst node), zoomed on the approach to the target.
+// mean, dashed: the worst node), zoomed on the approach to the target, on
+// a log time axis so the first seconds, where the modes part, are legible.
 func PlotAccuracy(r *Results, path string) error {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("Test accuracy vs wall time (%d nodes at %s, median of %d seed(s))",
 		r.Settings.Nodes, joinG(r.Settings.Slowdowns), len(r.Settings.Seeds))
-	p.X.Label.Text = "wall time since the common start (s)"
+	p.X.Label.Text = "wall time since the common start (s, log scale)"
 	p.Y.Label.Text = "test accuracy"
 	p.Legend.Top, p.Legend.Left = false, false
 	p.Legend.YPosition = draw.PosBottom
 	target := r.Settings.Target
 	for _, mode := range r.Settings.Modes {
 		c := Curve(r.Runs, mode, r.Settings.DurationS, r.Settings.SnapshotS)
+		if len(c.T) > 0 && c.T[0] == 0 {
+			// A log axis has no 0; the start is the first snapshot after it.
+			c.T, c.Mean, c.Worst = c.T[1:], c.Mean[1:], c.Worst[1:]
+		}
 		if len(c.T) == 0 {
 			continue
 		}
@@ -103,13 +114,14 @@ func PlotAccuracy(r *Results, path string) error {
 		if err != nil {
 			return err
 		}
-		worst.Color, worst.Width = modeColors[mode], vg.Points(0.8)
+		worst.Color, worst.Width = faded(modeColors[mode]), vg.Points(0.8)
 		worst.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
 		p.Add(mean, worst)
 		p.Legend.Add(mode+" (mean of nodes)", mean)
 		p.Legend.Add(mode+" (worst node)", worst)
 	}
-	t, err := hline(target, 0, r.Settings.DurationS, color.Black)
+	x0 := r.Settings.SnapshotS
+	t, err := hline(target, x0, r.Settings.DurationS, color.Black)
 	if err != nil {
 		return err
 	}
@@ -119,7 +131,8 @@ func PlotAccuracy(r *Results, path string) error {
 	// Add widens the axes to the data; zoom on the approach to the target
 	// afterwards (lines are clipped to the axes).
 	p.Y.Min, p.Y.Max = math.Max(0, target-0.08), 1
-	p.X.Min, p.X.Max = 0, r.Settings.DurationS
+	p.X.Min, p.X.Max = x0, r.Settings.DurationS
+	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
 	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
 }
 

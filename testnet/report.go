@@ -101,6 +101,14 @@ func WriteReport(w io.Writer, r *Results) error {
 	} else {
 		p(" fixed, not tuned.\n")
 	}
+	if st.Anneal {
+		p("- Schedule: %s while tuning; in the report runs each mode's learning rate decays to zero at %.0f s "+
+			"(cosine over the progress its tuning run had reached by then):", st.Schedule, st.DurationS)
+		for _, mode := range st.Modes {
+			p(" %s `%s`;", mode, r.Schedule[mode])
+		}
+		p("\n")
+	}
 	p("- Every node snapshots its model every %.0f ms; snapshots are scored on the test set after each run, "+
 		"outside the nodes' busy time. Time 0 is the common start (all nodes released at once).\n", 1000*st.SnapshotS)
 	if len(st.NodeArgs) > 0 {

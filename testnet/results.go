@@ -45,10 +45,12 @@ type Results struct {
 	SoloSamplesPerS    []float64 `json:"solo_samples_per_s"`
 	SoloSamplesPerSSum float64   `json:"solo_samples_per_s_sum"`
 
-	// LR is each mode's learning rate, chosen on the tuning seed.
-	LR     map[string]float64 `json:"lr"`
-	Tuning []Run              `json:"tuning"`
-	Runs   []Run              `json:"runs"`
+	// LR is each mode's learning rate, chosen on the tuning seed, and
+	// Schedule its schedule in the report runs.
+	LR       map[string]float64 `json:"lr"`
+	Schedule map[string]string  `json:"schedule"`
+	Tuning   []Run              `json:"tuning"`
+	Runs     []Run              `json:"runs"`
 
 	Summary map[string]*ModeSummary `json:"summary"`
 	Ratios  Ratios                  `json:"ratios"`
@@ -79,6 +81,7 @@ type Settings struct {
 	Model         string    `json:"model"`
 	Batch         int       `json:"batch"`
 	Schedule      string    `json:"schedule"`
+	Anneal        bool      `json:"anneal"`
 	Modes         []string  `json:"modes"`
 	LRGrid        []float64 `json:"lr_grid"`
 	SyncLRGrid    []float64 `json:"sync_lr_grid"`
@@ -98,10 +101,11 @@ type Settings struct {
 // Run is one run of one mode on one seed: every node of the swarm, from a
 // common start to a fixed wall time.
 type Run struct {
-	Mode  string  `json:"mode"`
-	Seed  uint64  `json:"seed"`
-	LR    float64 `json:"lr"`
-	WallS float64 `json:"wall_s"`
+	Mode     string  `json:"mode"`
+	Seed     uint64  `json:"seed"`
+	LR       float64 `json:"lr"`
+	Schedule string  `json:"schedule"`
+	WallS    float64 `json:"wall_s"`
 
 	// TimeToTargetS: every node's model at target (the last node's first
 	// time there); FirstNodeTimeS: the first node's.

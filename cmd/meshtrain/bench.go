@@ -27,7 +27,8 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	nonIID := fs.Float64("non-iid", 0, "Dirichlet alpha for label-skewed shards (0: iid)")
 	model := fs.String("model", d.Model, "model: softmax or mlp:H1,H2,...")
 	batch := fs.Int("batch", d.Batch, "samples per step and node")
-	schedule := fs.String("schedule", d.Schedule, "LR schedule, the same for every mode")
+	schedule := fs.String("schedule", d.Schedule, "LR schedule, the same for every mode (of the tuning runs, with --anneal)")
+	anneal := fs.Bool("anneal", d.Anneal, "decay each mode's learning rate to zero at the end of its report runs (needs tuning)")
 	modes := fs.String("modes", strings.Join(d.Modes, ","), "modes to compare: gossip, gossip-const, sync, local")
 	lrGrid := fs.String("lr-grid", joinFloats(d.LRGrid), "learning rates tried for every mode but sync")
 	syncGrid := fs.String("sync-lr-grid", joinFloats(d.SyncLRGrid), "learning rates tried for sync (its batch is nodes x batch)")
@@ -42,7 +43,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	threads := fs.Int("threads", d.Threads, "cores per node")
 	settle := fs.Duration("settle", d.Settle, "wait after the nodes are up, before the common start")
 	keep := fs.Bool("keep-snapshots", false, "keep the snapshot files after scoring them")
-	quick := fs.Bool("quick", false, "a short smoke run: 1 seed, fixed learning rates, target 95%, 15 s runs (explicit flags still win)")
+	quick := fs.Bool("quick", false, "a short smoke run: 1 seed, fixed learning rates, no annealing, target 95%, 15 s runs (explicit flags still win)")
 	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
@@ -69,6 +70,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	pick("target", func() { cfg.Target = *target })
 	pick("seeds", func() { cfg.Seeds = *seeds })
 	pick("duration", func() { cfg.Duration = *duration })
+	pick("anneal", func() { cfg.Anneal = *anneal })
 	cfg.TuneSeed, cfg.Dataset, cfg.DataPath, cfg.NonIID = *tuneSeed, *dataset, *dataPath, *nonIID
 	cfg.Model, cfg.Batch, cfg.Schedule = *model, *batch, *schedule
 	cfg.Modes = splitList(*modes)

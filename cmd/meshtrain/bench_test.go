@@ -25,6 +25,7 @@ func TestBenchBadFlagsAreOneLineAndExitTwo(t *testing.T) {
 		{"bench", "--model", "mlp:x"},
 		{"bench", "--threads", "0"},
 		{"bench", "--quick", "--target", "0"},
+		{"bench", "--lr", "gossip=0.1"}, // annealing needs gossip's tuning runs
 		{"bench", "--bogus"},
 	}
 	for _, args := range cases {
