@@ -182,8 +182,14 @@ func PlotBusy(r *Results, path string) error {
 	p.Add(line)
 	p.Legend.Add("0.97", line)
 	p.Legend.Top = true
-	// Room above the bars for the legend.
+	// Room above the bars for the legend, with ticks only where a fraction
+	// can be.
 	p.Y.Min, p.Y.Max = 0, 1.35
+	var ticks []plot.Tick
+	for v := 0.0; v <= 1.0001; v += 0.2 {
+		ticks = append(ticks, plot.Tick{Value: v, Label: fmt.Sprintf("%.1f", v)})
+	}
+	p.Y.Tick.Marker = plot.ConstantTicks(ticks)
 	return p.Save(9*vg.Inch, 5*vg.Inch, path)
 }
 

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,12 +45,27 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	threads := fs.Int("threads", d.Threads, "cores per node")
 	settle := fs.Duration("settle", d.Settle, "wait after the nodes are up, before the common start")
 	keep := fs.Bool("keep-snapshots", false, "keep the snapshot files after scoring them")
+	render := fs.String("render", "", "run nothing: rewrite report.md and the plots of DIR from its results.json")
 	quick := fs.Bool("quick", false, "a short smoke run: 1 seed, fixed learning rates, no annealing, target 95%, 15 s runs (explicit flags still win)")
 	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
+	if fs.NArg() > 0 && !slices.Contains(args, "--") {
+		return usageError(e, "unexpected argument %q (node flags go after --)", fs.Arg(0))
+	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *render != "" {
+		res, err := testnet.ReadResultsFile(filepath.Join(*render, testnet.ResultsFile))
+		if err != nil {
+			return failure(e, err)
+		}
+		if err := testnet.WriteAll(*render, res); err != nil {
+			return failure(e, err)
+		}
+		testnet.WriteSummary(e.stdout, res)
+		return exitOK
+	}
 	cfg := d
 	if *quick {
 		cfg = testnet.QuickBenchConfig()

@@ -27,6 +27,7 @@ func TestBenchBadFlagsAreOneLineAndExitTwo(t *testing.T) {
 		{"bench", "--quick", "--target", "0"},
 		{"bench", "--lr", "gossip=0.1"}, // annealing needs gossip's tuning runs
 		{"bench", "--bogus"},
+		{"bench", "stray"},
 	}
 	for _, args := range cases {
 		code, out, errOut := run(t, args...)
@@ -48,6 +49,13 @@ func TestBenchReportsEveryBadFlagAtOnce(t *testing.T) {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q: %q", want, errOut)
 		}
+	}
+}
+
+func TestBenchRenderNeedsResults(t *testing.T) {
+	code, out, errOut := run(t, "bench", "--render", t.TempDir())
+	if code != exitFailure || out != "" || !strings.Contains(errOut, "results.json") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
 
