@@ -102,6 +102,12 @@ type Config struct {
 	OnReceive ReceiveFunc
 	// OnReject, if set, hears about every refused input.
 	OnReject RejectFunc
+	// Tamper, if set, rewrites every frame we send after it is encoded:
+	// it gets a copy (never the snapshot's memory), and the service then
+	// sets the header's element count and checksum from the payload, so a
+	// receiver refuses the frame for what it carries. Only test nodes that
+	// play a hostile peer set it; see NaNTamper and ResizeTamper.
+	Tamper func(*Frame)
 	// Counters to count into; a new set if nil. Share one with the
 	// Announcer to export a single set.
 	Counters *Counters
@@ -322,6 +328,9 @@ func (s *Service) encode(local params.Snapshot) (*Frame, error) {
 	f, err := FrameWriter{DType: s.cfg.SendDType, ChunkSize: s.cfg.ChunkSize}.Encode(local)
 	if err != nil {
 		return nil, err
+	}
+	if s.cfg.Tamper != nil {
+		f = tamper(f, s.cfg.Tamper)
 	}
 	s.cached, s.cachedKey = f, key
 	return f, nil
