@@ -87,6 +87,11 @@ type Config struct {
 	UntilAccuracy float64
 	MaxSteps      int64
 	Duration      time.Duration
+
+	// Adversary makes this a hostile test node (gossip mode only, and only
+	// with the unlock variable in the environment; see adversary.go). The
+	// zero value is an honest node.
+	Adversary Adversary
 }
 
 // DefaultConfig is a gossip node on the local profile training the default
@@ -200,6 +205,14 @@ func (c Config) Validate() error {
 	}
 	if c.Duration < 0 {
 		bad("duration %v: must be >= 0", c.Duration)
+	}
+	if c.Adversary.Kind != "" {
+		if err := c.Adversary.Validate(); err != nil {
+			errs = append(errs, err) // wraps ErrBadConfig itself
+		}
+		if c.Offline || c.Mode != ModeGossip {
+			bad("adversary %s: only a node in gossip mode can attack its peers", c.Adversary.Kind)
+		}
 	}
 	return errors.Join(errs...)
 }

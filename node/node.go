@@ -83,6 +83,8 @@ type Node struct {
 	peerMerges map[peer.ID]int64 // merges per partner, both directions
 
 	snaps SnapshotConfig // set before Run; see snapshots.go
+
+	adv *attacker // nil unless cfg.Adversary makes this a hostile test node; see adversary.go
 }
 
 // MergeInfo describes the latest merge.
@@ -161,6 +163,7 @@ func (n *Node) startMesh(ctx context.Context) error {
 	ex.Fingerprint, ex.Elements = n.fp, n.trainer.Model().Size()
 	ex.Counters, ex.Logger = &n.counters, n.baseLog
 	ex.OnReceive = n.receive
+	n.armAdversary(&ex)
 	if n.cfg.MaxUpload > 0 {
 		ex.UploadLimiter = gossip.NewUploadLimiter(n.cfg.MaxUpload)
 	}
@@ -188,13 +191,14 @@ func (n *Node) startMesh(ctx context.Context) error {
 			return err
 		}
 	}
+	n.stopPS = n.unleash(psCtx, n.stopPS)
 	return nil
 }
 
 // serveSnapshot hands the gossip service a frozen copy of the model. It
 // waits at most for the short parameter update of a step, never for its
 // computation.
-func (n *Node) serveSnapshot() (params.Snapshot, bool) { return n.trainer.Snapshot(), true }
+func (n *Node) serveSnapshot() (params.Snapshot, bool) { return n.outgoing(n.trainer.Snapshot()), true }
 
 // receive is called by the gossip service with the initiator's model after
 // an inbound exchange; the averager merges it. A full queue drops it: the
@@ -492,7 +496,7 @@ func (n *Node) round(ctx context.Context, rng *rand.Rand, last peer.ID, send fun
 		}
 	}
 	ectx, cancel := context.WithTimeout(ctx, n.cfg.ExchangeTimeout)
-	remote, err := n.svc.Exchange(ectx, p.Peer, n.trainer.Snapshot())
+	remote, err := n.svc.Exchange(ectx, p.Peer, n.outgoing(n.trainer.Snapshot()))
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
