@@ -176,9 +176,19 @@ func CheckAdversaryUnlocked(getenv func(string) string) error {
 	if getenv(UnlockAdversaryEnv) == UnlockAdversaryValue {
 		return nil
 	}
-	return fmt.Errorf("%w: %w: an adversary node attacks its peers and is for test swarms only; to run one, set %s=%s in its environment",
-		ErrBadConfig, ErrAdversaryLocked, UnlockAdversaryEnv, UnlockAdversaryValue)
+	return lockedError{}
 }
+
+// lockedError is the refusal of a locked adversary: one clear line that
+// wraps both ErrBadConfig and ErrAdversaryLocked.
+type lockedError struct{}
+
+func (lockedError) Error() string {
+	return fmt.Sprintf("%v: adversary mode is locked: an adversary node attacks its peers and is for test swarms only; to run one, set %s=%s in its environment",
+		ErrBadConfig, UnlockAdversaryEnv, UnlockAdversaryValue)
+}
+
+func (lockedError) Unwrap() []error { return []error{ErrBadConfig, ErrAdversaryLocked} }
 
 // attacker is a hostile node's state. Every method is safe for concurrent
 // use: the gossip service serves snapshots from several goroutines while
