@@ -74,6 +74,12 @@ type HostConfig struct {
 	// PSK makes a private network (TCP only: go-libp2p's QUIC does not
 	// support private networks).
 	PSK pnet.PSK
+	// AllowPeers, if not empty, is the only peers this host talks to.
+	AllowPeers []peer.ID
+	// Refuse, if set, is asked on every dial and every secured inbound
+	// connection; true refuses the peer (the node uses it for bans). It must
+	// be fast and must not call into the host.
+	Refuse func(peer.ID) bool
 	// ConnLow and ConnHigh are the connection manager's watermarks.
 	ConnLow, ConnHigh int
 	// DiscoveryInterval is how often the node advertises itself and looks
@@ -86,9 +92,10 @@ type HostConfig struct {
 // Host is a libp2p host with meshtrain's discovery running on it.
 type Host struct {
 	host.Host
-	DHT *dht.IpfsDHT
-	cfg HostConfig
-	log *slog.Logger
+	DHT  *dht.IpfsDHT
+	cfg  HostConfig
+	log  *slog.Logger
+	gate *Gate
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -125,6 +132,8 @@ func NewHost(key crypto.PrivKey, cfg HostConfig, log *slog.Logger) (*Host, error
 		listen = []string{"/ip4/" + ip + "/tcp/0"}
 		if cfg.PSK == nil {
 			listen = append(listen, "/ip4/"+ip+"/udp/0/quic-v1")
+		} else {
+			log.Info("private network: listening on TCP only, QUIC is off (go-libp2p's QUIC does not support private networks)")
 		}
 	}
 	if cfg.PSK != nil {
@@ -145,6 +154,7 @@ func NewHost(key crypto.PrivKey, cfg HostConfig, log *slog.Logger) (*Host, error
 	if err != nil {
 		return nil, fmt.Errorf("node: resource manager: %w", err)
 	}
+	gate := NewGate(cfg.AllowPeers, cfg.Refuse, log)
 	opts := []libp2p.Option{
 		libp2p.Identity(key),
 		libp2p.ListenAddrStrings(listen...),
@@ -154,6 +164,7 @@ func NewHost(key crypto.PrivKey, cfg HostConfig, log *slog.Logger) (*Host, error
 		libp2p.DefaultMuxers,
 		libp2p.ConnectionManager(cm),
 		libp2p.ResourceManager(rm),
+		libp2p.ConnectionGater(gate),
 		libp2p.UserAgent(AgentVersion()),
 		libp2p.DisableMetrics(),
 	}
@@ -185,7 +196,7 @@ func NewHost(key crypto.PrivKey, cfg HostConfig, log *slog.Logger) (*Host, error
 		return nil, fmt.Errorf("node: DHT: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &Host{Host: h, DHT: kad, cfg: cfg, log: log, cancel: cancel}
+	n := &Host{Host: h, DHT: kad, cfg: cfg, log: log, gate: gate, cancel: cancel}
 	if cfg.Profile == ProfileLAN {
 		n.mdns = mdns.NewMdnsService(h, "meshtrain-"+cfg.Network, mdnsNotifee{n: n, ctx: ctx})
 		if err := n.mdns.Start(); err != nil {
@@ -207,6 +218,10 @@ func (n *Host) FullAddrs() []string {
 	}
 	return out
 }
+
+// GateRefused is how many dials and connections the host refused because
+// of HostConfig.AllowPeers or HostConfig.Refuse.
+func (n *Host) GateRefused() uint64 { return n.gate.Refused() }
 
 // discover connects to the bootstrap peers, then advertises on and queries
 // the DHT rendezvous every DiscoveryInterval. It owns nothing but its loop.

@@ -44,6 +44,7 @@ func commands() map[string]command {
 		"checkpoints": {"list the checkpoints in a data dir", runCheckpoints},
 		"export":      {"write a checkpoint as safetensors", runExport},
 		"id":          {"print this node's peer ID (creating the key if needed)", runID},
+		"keygen":      {"make a private network key (--psk FILE) or a node identity (--data-dir DIR)", runKeygen},
 		"status":      {"show what a running node is doing (via its API)", runStatus},
 		"peers":       {"list the peers a running node sees (via its API)", runPeers},
 		"version":     {"print the version", runVersion},

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/meshtrain/meshtrain/api"
 	"github.com/meshtrain/meshtrain/averaging"
@@ -33,9 +36,12 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 		"network profile: local (127.0.0.1 only, no mDNS/NAT traffic), lan (all interfaces, mDNS), public (NAT mapping, AutoNAT, relays, hole punching)")
 	network := fs.String("network", d.Train.Network, "network name: keeps meshes apart (part of the model fingerprint)")
 	var listen, bootstrap listFlag
-	fs.Var(&listen, "listen", "multiaddr to listen on (repeatable; default TCP and QUIC on a free port)")
+	fs.Var(&listen, "listen", "multiaddr to listen on (repeatable; default TCP and QUIC on a free port, TCP only with --psk)")
 	fs.Var(&bootstrap, "bootstrap", "multiaddr of a peer to join through, with /p2p/<peer ID> (repeatable)")
 	dhtServer := fs.Bool("dht-server", false, "serve the DHT even on the public profile (bootstrap nodes)")
+	pskFile := fs.String("psk", "", "private network key (meshtrain keygen --psk); TCP only: go-libp2p's QUIC does not support private networks")
+	var allowPeers listFlag
+	fs.Var(&allowPeers, "allow-peers", "talk only to these peers: peer IDs, comma-separated, or @FILE with one per line (repeatable; default: anyone)")
 	avgInterval := fs.Duration("avg-interval", d.AvgInterval, "wall time between the merges this node starts")
 	alpha := fs.Float64("alpha", d.Merger.Alpha, "base merge weight a0 in (0,1]: a = a0 * f(staleness)")
 	staleness := fs.String("staleness", d.Merger.Staleness.String(), "staleness decay f: const, poly:P, exp:D or hinge:A,B")
@@ -96,6 +102,19 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	if cfg.Adversary, err = node.ParseAdversary(*adversary, *adversaryStrength); err != nil {
 		errs = append(errs, err.Error())
 	}
+	if *pskFile != "" {
+		if cfg.Host.PSK, err = readPSK(*pskFile); err != nil {
+			errs = append(errs, err.Error())
+		}
+		for _, a := range listen {
+			if strings.Contains(a, "/quic") {
+				errs = append(errs, fmt.Sprintf("--listen %s: a private network (--psk) is TCP only", a))
+			}
+		}
+	}
+	if cfg.Host.AllowPeers, err = readAllowPeers(allowPeers); err != nil {
+		errs = append(errs, err.Error())
+	}
 	if err := checkAPIFlag(*apiAddr); err != nil {
 		errs = append(errs, err.Error())
 	}
@@ -140,4 +159,42 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintf(e.stderr, "%s: API not started: %v\n", e.name, err)
 		}
 	})
+}
+
+// readAllowPeers parses --allow-peers: peer IDs separated by commas, or
+// @FILE for a file of IDs, one per line (blank lines and # comments
+// skipped). Every bad entry is named.
+func readAllowPeers(list []string) ([]peer.ID, error) {
+	var entries, errs []string
+	for _, item := range list {
+		path, ok := strings.CutPrefix(strings.TrimSpace(item), "@")
+		if !ok {
+			entries = append(entries, item)
+			continue
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("--allow-peers: %v", err))
+			continue
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			line, _, _ = strings.Cut(line, "#")
+			if line = strings.TrimSpace(line); line == "" {
+				continue
+			}
+			if _, err := node.ParsePeerIDs([]string{line}); err != nil {
+				errs = append(errs, fmt.Sprintf("--allow-peers %s line %d: %v", path, i+1, err))
+				continue
+			}
+			entries = append(entries, line)
+		}
+	}
+	ids, err := node.ParsePeerIDs(entries)
+	if err != nil {
+		errs = append(errs, "--allow-peers: "+strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	if len(errs) > 0 {
+		return nil, errors.New(strings.Join(errs, "; "))
+	}
+	return ids, nil
 }
