@@ -34,6 +34,9 @@ type Config struct {
 	Slowdowns []float64
 	// NodeArgs are passed to every `meshtrain node` (after the testnet's own).
 	NodeArgs []string
+	// PerNode, if set, gives node i flags of its own (after NodeArgs) and
+	// environment variables (KEY=VALUE, added to this process's).
+	PerNode func(i int) (args, env []string)
 	// Detach starts the nodes in their own session, writing straight to
 	// their log files, so they outlive this process.
 	Detach bool
@@ -176,11 +179,19 @@ func (tn *Testnet) start(ctx context.Context, i int, bootstrap string) (*Member,
 		args = append(args, "--bootstrap", bootstrap)
 	}
 	args = append(args, tn.cfg.NodeArgs...)
+	var env []string
+	if tn.cfg.PerNode != nil {
+		more, e := tn.cfg.PerNode(i)
+		args, env = append(args, more...), e
+	}
 	logf, err := os.OpenFile(m.Log, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(tn.cfg.Binary, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	m.cmd = cmd
 	listening := make(chan event, 1)
 	if tn.cfg.Detach {

@@ -1,0 +1,867 @@
+package testnet
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshtrain/meshtrain/node"
+	"github.com/meshtrain/meshtrain/train"
+)
+
+// The hostile-swarm suite: a local swarm in which the last few nodes attack
+// the others (node.Adversary), one swarm per attack, plus the same swarm
+// all honest. It measures what the attack costs the honest nodes (their
+// final test accuracy against the all-honest run) and how each honest node
+// treats each attacker over time (its /v1/peers view: reputation state,
+// score, verdicts, the moment of the ban). An honest node that bans
+// another honest node is a bug, and is reported as such.
+
+// HostileSchema names the layout of the suite's results.json.
+const HostileSchema = "meshtrain-hostile/1"
+
+// Reputation states as /v1/peers reports them.
+const (
+	StateOK           = "ok"
+	StateIgnored      = "ignored"
+	StateDisconnected = "disconnected"
+	StateBanned       = "banned"
+)
+
+// AttackNone names the all-honest baseline run.
+const AttackNone = "none"
+
+// ErrHostile is wrapped by every error of the suite.
+var ErrHostile = errors.New("testnet: hostile swarm")
+
+// HostileConfig describes a suite. DefaultHostileConfig fills every field;
+// Validate reports every bad one at once.
+type HostileConfig struct {
+	// Binary is the meshtrain executable the nodes run.
+	Binary string
+	// Out receives results.json and report.md; Work the nodes' data dirs
+	// and logs ("" means Out/work).
+	Out, Work string
+	// Attacks are the adversary kinds (node.AdversaryKinds), one swarm
+	// each; Strengths overrides a kind's default strength.
+	Attacks   []string
+	Strengths map[string]float64
+	// Nodes in each swarm, of which the last Attackers attack.
+	Nodes, Attackers int
+	// Duration of each swarm's training, from a common start.
+	Duration time.Duration
+	// Baseline runs the same swarm all honest first, for the accuracy
+	// comparison.
+	Baseline bool
+	// Dataset, DataPath and Model are every node's; shards are iid
+	// (--shard i/Nodes).
+	Dataset, DataPath, Model string
+	// AvgInterval is the wall time between the merges a node starts:
+	// shorter means more exchanges, so verdicts come sooner.
+	AvgInterval time.Duration
+	// Threads per node (GOMAXPROCS).
+	Threads int
+	// Settle is the wait between the last node starting and the common
+	// start, for announcements to reach every peer.
+	Settle time.Duration
+	// PollEvery is how often each honest node's /v1/peers is read.
+	PollEvery time.Duration
+	// NodeArgs are passed to every node after the suite's own.
+	NodeArgs []string
+	// Command is the command line, for the report.
+	Command string
+	// Progress receives progress lines (nil discards).
+	Progress io.Writer
+}
+
+// DefaultHostileConfig is every attack on 5 nodes with 1 attacker, 60 s
+// each, with an all-honest baseline, on the default model and MNIST.
+func DefaultHostileConfig() HostileConfig {
+	return HostileConfig{
+		Out:         "meshtrain-hostile",
+		Attacks:     slices.Clone(node.AdversaryKinds),
+		Nodes:       5,
+		Attackers:   1,
+		Duration:    60 * time.Second,
+		Baseline:    true,
+		Dataset:     node.DatasetMNIST,
+		Model:       train.DefaultConfig().Model,
+		AvgInterval: 250 * time.Millisecond,
+		Threads:     1,
+		Settle:      3 * time.Second,
+		PollEvery:   500 * time.Millisecond,
+	}
+}
+
+// Validate reports every bad field at once.
+func (c HostileConfig) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrHostile}, a...)...))
+	}
+	if c.Binary == "" {
+		bad("no binary")
+	}
+	if c.Out == "" {
+		bad("no output dir")
+	}
+	if len(c.Attacks) == 0 {
+		bad("no attacks")
+	}
+	for _, k := range c.Attacks {
+		if _, err := c.adversary(k); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrHostile, err))
+		}
+	}
+	for k := range c.Strengths {
+		if !slices.Contains(c.Attacks, k) {
+			bad("strength for %q, which is not among the attacks", k)
+		}
+	}
+	if c.Nodes < 2 || c.Nodes > 64 {
+		bad("nodes %d not in [2,64]", c.Nodes)
+	}
+	if c.Attackers < 1 || c.Attackers >= c.Nodes {
+		bad("attackers %d not in [1, nodes-1=%d]", c.Attackers, c.Nodes-1)
+	}
+	if c.Duration < time.Second || c.Duration > 24*time.Hour {
+		bad("duration %v not in [1s,24h]", c.Duration)
+	}
+	if _, _, err := node.Shape(c.Dataset); err != nil || c.Dataset == "" {
+		bad("dataset %q: want mnist or synthetic", c.Dataset)
+	}
+	tc := train.DefaultConfig()
+	tc.Model = c.Model
+	if err := tc.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrHostile, err))
+	}
+	if c.AvgInterval <= 0 {
+		bad("averaging interval %v must be > 0", c.AvgInterval)
+	}
+	if c.Threads < 1 || c.Threads > 256 {
+		bad("threads %d not in [1,256]", c.Threads)
+	}
+	if c.Settle < 0 || c.Settle > 10*time.Minute {
+		bad("settle %v not in [0,10m]", c.Settle)
+	}
+	if c.PollEvery < 10*time.Millisecond || c.PollEvery > c.Duration {
+		bad("poll interval %v not in [10ms, duration]", c.PollEvery)
+	}
+	return errors.Join(errs...)
+}
+
+// adversary is kind at the strength the suite runs it at.
+func (c HostileConfig) adversary(kind string) (node.Adversary, error) {
+	a, err := node.DefaultAdversary(kind)
+	if err != nil {
+		return a, err
+	}
+	if s, ok := c.Strengths[kind]; ok {
+		a.Strength = s
+	}
+	return a, nil
+}
+
+// HostileResult is the suite's results.json. Seconds are _s; times are
+// from each swarm's common start.
+type HostileResult struct {
+	Schema   string          `json:"schema"`
+	Command  string          `json:"command"`
+	Started  time.Time       `json:"started"`
+	RunTimeS float64         `json:"run_time_s"`
+	Machine  Machine         `json:"machine"`
+	Settings HostileSettings `json:"settings"`
+	// Baseline is the swarm all honest (nil if not run).
+	Baseline *AttackRun  `json:"baseline"`
+	Runs     []AttackRun `json:"runs"`
+}
+
+// HostileSettings are the suite's inputs.
+type HostileSettings struct {
+	Nodes        int      `json:"nodes"`
+	Attackers    int      `json:"attackers"`
+	DurationS    float64  `json:"duration_s"`
+	Dataset      string   `json:"dataset"`
+	Model        string   `json:"model"`
+	AvgIntervalS float64  `json:"avg_interval_s"`
+	Threads      int      `json:"threads"`
+	PollS        float64  `json:"poll_every_s"`
+	NodeArgs     []string `json:"node_args,omitempty"`
+}
+
+// AttackRun is one swarm: one attack (or none) from a common start to
+// Duration.
+type AttackRun struct {
+	Attack   string  `json:"attack"` // AttackNone for the baseline
+	Strength float64 `json:"strength"`
+	// Nodes, attackers last.
+	Nodes []NodeOutcome `json:"nodes"`
+	// The honest nodes' final test accuracy: mean and worst, and the mean
+	// minus the baseline's over the same node indices, in percentage
+	// points (null without a baseline, or for the baseline itself).
+	HonestAccuracyMean float64  `json:"honest_accuracy_mean"`
+	HonestAccuracyMin  float64  `json:"honest_accuracy_min"`
+	AccuracyDeltaPP    *float64 `json:"accuracy_delta_pp"`
+	// Pairs is every (honest node, attacker): how the first treats the
+	// second.
+	Pairs []Pair `json:"pairs"`
+	// BannedPairs counts the pairs in which the attacker was banned at
+	// some point; AllBanned: every pair.
+	BannedPairs int  `json:"banned_pairs"`
+	AllBanned   bool `json:"all_banned"`
+	// HonestBans are the (honest, honest) pairs in which one banned the
+	// other: it must stay empty.
+	HonestBans []Pair `json:"honest_bans"`
+	// SetupS is the harness's time to start the swarm.
+	SetupS float64 `json:"setup_s"`
+	// Error is why the swarm could not be measured.
+	Error string `json:"error,omitempty"`
+}
+
+// NodeOutcome is one node at the end of a swarm.
+type NodeOutcome struct {
+	Index    int    `json:"index"`
+	PeerID   string `json:"peer_id"`
+	Attacker bool   `json:"attacker"`
+	// FinalAccuracy is the test accuracy of the node's model when it was
+	// stopped (its final event), or failing that the latest of its
+	// /v1/status; AccuracyFrom says which ("final", "status" or "").
+	FinalAccuracy float64 `json:"final_accuracy"`
+	AccuracyFrom  string  `json:"accuracy_from"`
+}
+
+// Pair is what an observer (an honest node) made of a target, from its
+// /v1/peers.
+type Pair struct {
+	Observer     int    `json:"observer"`
+	ObserverPeer string `json:"observer_peer"`
+	Target       int    `json:"target"`
+	TargetPeer   string `json:"target_peer"`
+	// State, Reputation and Verdicts as last seen ("" and null: never
+	// listed).
+	State      string           `json:"state"`
+	Reputation *float64         `json:"reputation"`
+	Verdicts   map[string]int64 `json:"verdicts"`
+	// BannedAtS is when the observer was first seen banning the target,
+	// and ExchangesAtBan the verdicts it had recorded about it by then.
+	BannedAtS      *float64 `json:"banned_at_s"`
+	ExchangesAtBan *int64   `json:"exchanges_at_ban"`
+}
+
+// PeerView is the part of a /v1/peers entry the suite reads.
+type PeerView struct {
+	PeerID          string           `json:"peer_id"`
+	Connected       bool             `json:"connected"`
+	Reputation      *float64         `json:"reputation"`
+	ReputationState string           `json:"reputation_state"`
+	BannedUntil     string           `json:"banned_until"`
+	Verdicts        map[string]int64 `json:"verdicts"`
+}
+
+// Exchanges is the number of verdicts the observer recorded about the
+// peer: one per input it judged.
+func (v PeerView) Exchanges() int64 {
+	var n int64
+	for _, c := range v.Verdicts {
+		n += c
+	}
+	return n
+}
+
+// ParsePeers decodes a GET /v1/peers body.
+func ParsePeers(r io.Reader) ([]PeerView, error) {
+	var body struct {
+		Peers *[]PeerView `json:"peers"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r, 16<<20)).Decode(&body); err != nil {
+		return nil, fmt.Errorf("%w: /v1/peers: %w", ErrHostile, err)
+	}
+	if body.Peers == nil {
+		return nil, fmt.Errorf("%w: /v1/peers: no peers list", ErrHostile)
+	}
+	return *body.Peers, nil
+}
+
+// banTracker follows every (observer, target) pair of one swarm through
+// successive /v1/peers views. Pure: the caller passes the time.
+type banTracker struct {
+	index map[string]int // peer ID -> node index
+	peers []string       // node index -> peer ID
+	pairs map[[2]int]*Pair
+}
+
+func newBanTracker(peers []string) *banTracker {
+	t := &banTracker{index: map[string]int{}, peers: peers, pairs: map[[2]int]*Pair{}}
+	for i, p := range peers {
+		t.index[p] = i
+	}
+	return t
+}
+
+// pair returns the (observer, target) record, creating it.
+func (t *banTracker) pair(observer, target int) *Pair {
+	k := [2]int{observer, target}
+	p, ok := t.pairs[k]
+	if !ok {
+		p = &Pair{Observer: observer, ObserverPeer: t.peers[observer], Target: target, TargetPeer: t.peers[target],
+			Verdicts: map[string]int64{}}
+		t.pairs[k] = p
+	}
+	return p
+}
+
+// observe records observer's view at atS seconds from the start. It
+// returns the pairs that turned banned for the first time.
+func (t *banTracker) observe(atS float64, observer int, views []PeerView) []Pair {
+	var fresh []Pair
+	for _, v := range views {
+		target, ok := t.index[v.PeerID]
+		if !ok || target == observer {
+			continue
+		}
+		p := t.pair(observer, target)
+		p.State, p.Reputation = v.ReputationState, v.Reputation
+		p.Verdicts = cloneCounts(v.Verdicts)
+		if v.ReputationState == StateBanned && p.BannedAtS == nil {
+			at, n := atS, v.Exchanges()
+			p.BannedAtS, p.ExchangesAtBan = &at, &n
+			fresh = append(fresh, *p)
+		}
+	}
+	return fresh
+}
+
+func cloneCounts(m map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// outcome fills run's pairs from the tracker: every (honest, attacker)
+// pair, listed or not, and the (honest, honest) bans. Nodes [0, honest)
+// are honest.
+func (t *banTracker) outcome(run *AttackRun, honest int) {
+	run.Pairs, run.HonestBans, run.BannedPairs = nil, nil, 0
+	for o := range honest {
+		for a := honest; a < len(t.peers); a++ {
+			p := *t.pair(o, a)
+			run.Pairs = append(run.Pairs, p)
+			if p.BannedAtS != nil {
+				run.BannedPairs++
+			}
+		}
+	}
+	run.AllBanned = len(run.Pairs) > 0 && run.BannedPairs == len(run.Pairs)
+	for o := range honest {
+		for h := range honest {
+			if p, ok := t.pairs[[2]int{o, h}]; ok && p.BannedAtS != nil {
+				run.HonestBans = append(run.HonestBans, *p)
+			}
+		}
+	}
+	if run.HonestBans == nil {
+		run.HonestBans = []Pair{}
+	}
+}
+
+// accuracies fills the honest nodes' accuracy summary, and the delta
+// against the baseline over the same indices.
+func accuracies(run *AttackRun, honest int, baseline *AttackRun) {
+	var accs []float64
+	for _, n := range run.Nodes {
+		if n.Index < honest && !n.Attacker {
+			accs = append(accs, n.FinalAccuracy)
+		}
+	}
+	if len(accs) == 0 {
+		return
+	}
+	run.HonestAccuracyMean, run.HonestAccuracyMin = Sum(accs)/float64(len(accs)), slices.Min(accs)
+	if baseline == nil || baseline.Error != "" || run == baseline {
+		return
+	}
+	var base []float64
+	for _, n := range baseline.Nodes {
+		if n.Index < honest {
+			base = append(base, n.FinalAccuracy)
+		}
+	}
+	if len(base) > 0 {
+		d := 100 * (run.HonestAccuracyMean - Sum(base)/float64(len(base)))
+		run.AccuracyDeltaPP = &d
+	}
+}
+
+// hostile is one suite in progress.
+type hostile struct {
+	cfg     HostileConfig
+	netID   string
+	seq     int
+	started time.Time
+	client  *http.Client
+}
+
+// RunHostile runs the baseline (if asked) and then one swarm per attack,
+// and returns the results. It writes nothing to cfg.Out: see
+// WriteHostile. A swarm that fails is recorded with its error; only
+// cancellation stops the suite.
+func RunHostile(ctx context.Context, cfg HostileConfig) (*HostileResult, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Work == "" {
+		cfg.Work = filepath.Join(cfg.Out, "work")
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	h := &hostile{cfg: cfg, started: time.Now(), netID: strconv.FormatInt(time.Now().UnixNano()%1e9, 36),
+		client: &http.Client{Timeout: 2 * time.Second}}
+	res := &HostileResult{Schema: HostileSchema, Command: cfg.Command, Started: h.started.UTC(), Machine: machineInfo(),
+		Settings: HostileSettings{Nodes: cfg.Nodes, Attackers: cfg.Attackers, DurationS: cfg.Duration.Seconds(),
+			Dataset: cfg.Dataset, Model: cfg.Model, AvgIntervalS: cfg.AvgInterval.Seconds(), Threads: cfg.Threads,
+			PollS: cfg.PollEvery.Seconds(), NodeArgs: cfg.NodeArgs},
+		Runs: []AttackRun{}}
+	total := len(cfg.Attacks)
+	if cfg.Baseline {
+		total++
+	}
+	done := 0
+	report := func(run AttackRun) {
+		done++
+		fmt.Fprintf(cfg.Progress, "[%d/%d] %s | elapsed %s\n", done, total, attackLine(run),
+			time.Since(h.started).Round(time.Second))
+	}
+	if cfg.Baseline {
+		run, err := h.swarm(ctx, node.Adversary{}, 0)
+		if err != nil {
+			return nil, err
+		}
+		accuracies(&run, cfg.Nodes-cfg.Attackers, nil)
+		res.Baseline = &run
+		report(run)
+	}
+	for _, kind := range cfg.Attacks {
+		adv, _ := cfg.adversary(kind)
+		run, err := h.swarm(ctx, adv, cfg.Attackers)
+		if err != nil {
+			return nil, err
+		}
+		accuracies(&run, cfg.Nodes-cfg.Attackers, res.Baseline)
+		res.Runs = append(res.Runs, run)
+		report(run)
+	}
+	res.RunTimeS = time.Since(h.started).Seconds()
+	return res, nil
+}
+
+// attackLine is a finished swarm in one line.
+func attackLine(r AttackRun) string {
+	name := r.Attack
+	if name == AttackNone {
+		name = "all honest"
+	} else {
+		name = fmt.Sprintf("%s %g", r.Attack, r.Strength)
+	}
+	if r.Error != "" {
+		return name + ": FAILED: " + r.Error
+	}
+	s := fmt.Sprintf("%s: honest accuracy %.2f%% (min %.2f%%)", name, 100*r.HonestAccuracyMean, 100*r.HonestAccuracyMin)
+	if r.AccuracyDeltaPP != nil {
+		s += fmt.Sprintf(", %+.2f pp vs all honest", *r.AccuracyDeltaPP)
+	}
+	if r.Attack != AttackNone {
+		s += fmt.Sprintf("; attackers banned in %d/%d pairs", r.BannedPairs, len(r.Pairs))
+		if at := banTimes(r); len(at) > 0 {
+			s += fmt.Sprintf(" (median %.1fs)", Median(at))
+		}
+	}
+	if len(r.HonestBans) > 0 {
+		s += fmt.Sprintf("; %d HONEST NODE(S) BANNED BY HONEST NODES", len(r.HonestBans))
+	} else {
+		s += "; no honest node banned"
+	}
+	return s
+}
+
+// banTimes are the ban times of the pairs that were banned.
+func banTimes(r AttackRun) []float64 {
+	var out []float64
+	for _, p := range r.Pairs {
+		if p.BannedAtS != nil {
+			out = append(out, *p.BannedAtS)
+		}
+	}
+	return out
+}
+
+// banExchanges are the verdict counts at ban of the pairs that were banned.
+func banExchanges(r AttackRun) []float64 {
+	var out []float64
+	for _, p := range r.Pairs {
+		if p.ExchangesAtBan != nil {
+			out = append(out, float64(*p.ExchangesAtBan))
+		}
+	}
+	return out
+}
+
+// nodeArgs are every node's flags in one swarm.
+func (h *hostile) nodeArgs(net, startFile string) []string {
+	c := h.cfg
+	args := []string{"--no-data-dir", "--log-level", "warn", "--network", net, "--seed", "1",
+		"--dataset", c.Dataset, "--model", c.Model, "--epochs", "0", "--threads", strconv.Itoa(c.Threads),
+		"--announce-interval", "1s", "--avg-interval", c.AvgInterval.String(), "--eval-every", "5s",
+		"--checkpoint-every", "0", "--start-file", startFile}
+	if c.DataPath != "" {
+		args = append(args, "--data", c.DataPath)
+	}
+	return append(args, c.NodeArgs...)
+}
+
+// swarm runs one swarm: attackers nodes at the end attack with adv (none
+// if attackers is 0). Only cancellation is returned as an error; any
+// other failure is the run's Error.
+func (h *hostile) swarm(ctx context.Context, adv node.Adversary, attackers int) (AttackRun, error) {
+	run := AttackRun{Attack: cmp.Or(adv.Kind, AttackNone), Strength: adv.Strength, Pairs: []Pair{}, HonestBans: []Pair{}}
+	h.seq++
+	err := h.measure(ctx, &run, adv, attackers)
+	if ctx.Err() != nil {
+		return run, ctx.Err()
+	}
+	if err != nil {
+		run.Error = err.Error()
+	}
+	return run, nil
+}
+
+func (h *hostile) measure(ctx context.Context, run *AttackRun, adv node.Adversary, attackers int) error {
+	c := h.cfg
+	honest := c.Nodes - attackers // every node in the baseline
+	dir := filepath.Join(c.Work, fmt.Sprintf("%02d-%s", h.seq, run.Attack))
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	startFile := filepath.Join(dir, "start")
+	net := fmt.Sprintf("hostile-%s-%d", h.netID, h.seq)
+	perNode := func(i int) (args, env []string) {
+		if i < c.Nodes-attackers {
+			return nil, nil
+		}
+		return []string{"--adversary", adv.Kind, "--adversary-strength", strconv.FormatFloat(adv.Strength, 'g', -1, 64)},
+			[]string{node.UnlockAdversaryEnv + "=" + node.UnlockAdversaryValue}
+	}
+	if attackers > 0 {
+		fmt.Fprintf(c.Progress, "%s %g: %d nodes, the last %d attacking, %v from a common start...\n", adv.Kind, adv.Strength,
+			c.Nodes, attackers, c.Duration)
+	} else {
+		fmt.Fprintf(c.Progress, "all honest: %d nodes, %v from a common start...\n", c.Nodes, c.Duration)
+	}
+	began := time.Now()
+	tn, err := Up(ctx, Config{Binary: c.Binary, Dir: dir, Nodes: c.Nodes, NodeArgs: h.nodeArgs(net, startFile), PerNode: perNode})
+	if err != nil {
+		return err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			tn.Stop(10 * time.Second)
+		}
+	}()
+	peers := make([]string, len(tn.Members))
+	for i, m := range tn.Members {
+		peers[i] = m.PeerID
+		run.Nodes = append(run.Nodes, NodeOutcome{Index: i, PeerID: m.PeerID, Attacker: i >= c.Nodes-attackers})
+	}
+	if err := sleepCtx(ctx, c.Settle); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	run.SetupS = t0.Sub(began).Seconds()
+	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
+		return err
+	}
+	track := newBanTracker(peers)
+	status := make([]float64, c.Nodes) // latest /v1/status accuracy
+	poll := func() {
+		at := time.Since(t0).Seconds()
+		for i, m := range tn.Members[:honest] {
+			views, err := h.peers(ctx, m.API)
+			if err != nil {
+				continue // a missed poll only delays what it would have seen
+			}
+			for _, p := range track.observe(at, i, views) {
+				who := "attacker"
+				if p.Target < honest {
+					who = "HONEST"
+				}
+				fmt.Fprintf(c.Progress, "  %5.1fs: node %d banned %s node %d after %d verdicts\n", at, i, who, p.Target,
+					*p.ExchangesAtBan)
+			}
+		}
+	}
+	tick := time.NewTicker(c.PollEvery)
+	defer tick.Stop()
+	lastLine := t0
+	exited := tn.Done()
+	end := time.NewTimer(c.Duration)
+	defer end.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-exited:
+			return fmt.Errorf("%w: every node exited before the end; see the logs in %s", ErrHostile, dir)
+		case <-end.C:
+			break loop
+		case <-tick.C:
+			poll()
+			if time.Since(lastLine) >= 10*time.Second {
+				lastLine = time.Now()
+				var r AttackRun
+				track.outcome(&r, honest)
+				fmt.Fprintf(c.Progress, "  %5.1fs: attackers banned in %d/%d pairs, honest nodes banned %d\n",
+					time.Since(t0).Seconds(), r.BannedPairs, len(r.Pairs), len(r.HonestBans))
+			}
+		}
+	}
+	poll()
+	for i, m := range tn.Members {
+		if acc, err := h.accuracy(ctx, m.API); err == nil {
+			status[i] = acc
+		}
+	}
+	var dead []string
+	for _, r := range tn.Summary() {
+		if !r.Alive {
+			dead = append(dead, strconv.Itoa(r.Index))
+		}
+	}
+	tn.Stop(30 * time.Second)
+	stopped = true
+	track.outcome(run, honest)
+	for i, m := range tn.Members {
+		m.mu.Lock()
+		final, _ := m.last["test_accuracy"].(float64)
+		isFinal := m.last["event"] == "final"
+		m.mu.Unlock()
+		switch {
+		case isFinal:
+			run.Nodes[i].FinalAccuracy, run.Nodes[i].AccuracyFrom = final, "final"
+		case status[i] > 0:
+			run.Nodes[i].FinalAccuracy, run.Nodes[i].AccuracyFrom = status[i], "status"
+		}
+	}
+	if len(dead) > 0 {
+		return fmt.Errorf("%w: node %s exited before the end; see the logs in %s", ErrHostile, strings.Join(dead, ","), dir)
+	}
+	for _, n := range run.Nodes[:honest] {
+		if n.AccuracyFrom == "" {
+			return fmt.Errorf("%w: no test accuracy from node %d; see the logs in %s", ErrHostile, n.Index, dir)
+		}
+	}
+	return nil
+}
+
+// peers reads one node's GET /v1/peers.
+func (h *hostile) peers(ctx context.Context, api string) ([]PeerView, error) {
+	body, err := h.get(ctx, api, "/v1/peers")
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	return ParsePeers(body)
+}
+
+// accuracy reads test_accuracy from one node's GET /v1/status.
+func (h *hostile) accuracy(ctx context.Context, api string) (float64, error) {
+	body, err := h.get(ctx, api, "/v1/status")
+	if err != nil {
+		return 0, err
+	}
+	defer body.Close()
+	var s struct {
+		TestAccuracy *float64 `json:"test_accuracy"`
+	}
+	if err := json.NewDecoder(io.LimitReader(body, 16<<20)).Decode(&s); err != nil || s.TestAccuracy == nil {
+		return 0, fmt.Errorf("%w: /v1/status: no test_accuracy (%v)", ErrHostile, err)
+	}
+	return *s.TestAccuracy, nil
+}
+
+func (h *hostile) get(ctx context.Context, api, path string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+api+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w: GET %s: %s", ErrHostile, path, resp.Status)
+	}
+	return resp.Body, nil
+}
+
+// WriteHostile writes results.json and report.md to dir.
+func WriteHostile(dir string, r *HostileResult) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("%w: %w", ErrHostile, err)
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("%w: encode results: %w", ErrHostile, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ResultsFile), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("%w: %w", ErrHostile, err)
+	}
+	var md strings.Builder
+	WriteHostileReport(&md, r)
+	if err := os.WriteFile(filepath.Join(dir, ReportFile), []byte(md.String()), 0o644); err != nil {
+		return fmt.Errorf("%w: %w", ErrHostile, err)
+	}
+	return nil
+}
+
+// ReadHostileFile reads a suite's results.json.
+func ReadHostileFile(path string) (*HostileResult, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrHostile, err)
+	}
+	var r HostileResult
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrHostile, path, err)
+	}
+	if r.Schema != HostileSchema {
+		return nil, fmt.Errorf("%w: %s: schema %q, want %q", ErrHostile, path, r.Schema, HostileSchema)
+	}
+	return &r, nil
+}
+
+// WriteHostileReport writes the suite's markdown report: one line per
+// swarm, then every (honest, attacker) pair.
+func WriteHostileReport(w io.Writer, r *HostileResult) {
+	s := r.Settings
+	honest := s.Nodes - s.Attackers
+	fmt.Fprintf(w, "# Hostile swarm\n\n")
+	fmt.Fprintf(w, "%d nodes, of which the last %d attack (node.Adversary); %v per swarm from a common start; %s on %s, iid shards; "+
+		"each node starts a merge every %gs. Honest accuracy is each honest node's test accuracy when stopped; "+
+		"\"vs all honest\" compares its mean with the same nodes' in the all-honest swarm. "+
+		"A ban is the first time an honest node's /v1/peers (read every %gs) showed the attacker as banned.\n\n",
+		s.Nodes, s.Attackers, time.Duration(s.DurationS*float64(time.Second)), s.Model, s.Dataset, s.AvgIntervalS, s.PollS)
+	if r.Command != "" {
+		fmt.Fprintf(w, "Command: `%s`\n\n", r.Command)
+	}
+	fmt.Fprintf(w, "| attack | strength | honest accuracy (mean / min) | vs all honest | attacker banned | time to ban (median / max) | verdicts at ban (median) | honest nodes banned |\n")
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|\n")
+	runs := r.Runs
+	if r.Baseline != nil {
+		runs = append([]AttackRun{*r.Baseline}, runs...)
+	}
+	for _, run := range runs {
+		name, strength := run.Attack, strconv.FormatFloat(run.Strength, 'g', -1, 64)
+		if run.Attack == AttackNone {
+			name, strength = "none (all honest)", "-"
+		}
+		if run.Error != "" {
+			fmt.Fprintf(w, "| %s | %s | failed: %s | | | | | |\n", name, strength, strings.ReplaceAll(run.Error, "|", "/"))
+			continue
+		}
+		delta, banned, at, ex := "-", "-", "-", "-"
+		if run.AccuracyDeltaPP != nil {
+			delta = fmt.Sprintf("%+.2f pp", *run.AccuracyDeltaPP)
+		}
+		if run.Attack != AttackNone {
+			banned = fmt.Sprintf("%d/%d", run.BannedPairs, len(run.Pairs))
+			if t := banTimes(run); len(t) > 0 {
+				at = fmt.Sprintf("%.1fs / %.1fs", Median(t), slices.Max(t))
+			}
+			if e := banExchanges(run); len(e) > 0 {
+				ex = fmt.Sprintf("%.0f", Median(e))
+			}
+		}
+		hb := strconv.Itoa(len(run.HonestBans))
+		if len(run.HonestBans) > 0 {
+			hb = "**" + hb + "**"
+		}
+		fmt.Fprintf(w, "| %s | %s | %.2f%% / %.2f%% | %s | %s | %s | %s | %s |\n", name, strength,
+			100*run.HonestAccuracyMean, 100*run.HonestAccuracyMin, delta, banned, at, ex, hb)
+	}
+	fmt.Fprintf(w, "\n## Every honest node's view of every attacker\n\n")
+	fmt.Fprintf(w, "| attack | honest node | attacker | state at the end | score | banned at | verdicts at ban | verdicts at the end |\n")
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|\n")
+	for _, run := range r.Runs {
+		for _, p := range run.Pairs {
+			state, score, at, ex := cmp.Or(p.State, "not listed"), "-", "-", "-"
+			if p.Reputation != nil {
+				score = fmt.Sprintf("%.2f", *p.Reputation)
+			}
+			if p.BannedAtS != nil {
+				at = fmt.Sprintf("%.1fs", *p.BannedAtS)
+			}
+			if p.ExchangesAtBan != nil {
+				ex = strconv.FormatInt(*p.ExchangesAtBan, 10)
+			}
+			fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s | %s | %s |\n", run.Attack, p.Observer, p.Target, state, score, at, ex,
+				verdictList(p.Verdicts))
+		}
+	}
+	var bans []string
+	for _, run := range runs {
+		for _, p := range run.HonestBans {
+			bans = append(bans, fmt.Sprintf("- %s: honest node %d banned honest node %d at %.1fs", run.Attack, p.Observer, p.Target,
+				*p.BannedAtS))
+		}
+	}
+	if len(bans) > 0 {
+		fmt.Fprintf(w, "\n## Honest nodes banned by honest nodes (must never happen)\n\n%s\n", strings.Join(bans, "\n"))
+	}
+	var accs []string
+	for _, run := range runs {
+		if run.Error != "" {
+			continue
+		}
+		var a []string
+		for _, n := range run.Nodes[:min(honest, len(run.Nodes))] {
+			a = append(a, fmt.Sprintf("%.2f%%", 100*n.FinalAccuracy))
+		}
+		accs = append(accs, fmt.Sprintf("| %s | %s |", run.Attack, strings.Join(a, ", ")))
+	}
+	fmt.Fprintf(w, "\n## Honest nodes' accuracy\n\n| attack | nodes 0..%d |\n|---|---|\n%s\n", honest-1, strings.Join(accs, "\n"))
+}
+
+// verdictList is "accepted 12, outlier 3" in name order.
+func verdictList(m map[string]int64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,366 @@
+package testnet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshtrain/meshtrain/node"
+)
+
+// fakeNodeEnv makes this test binary act as a `meshtrain node` (see
+// fakeNode), so the suite's process handling is tested in seconds.
+const fakeNodeEnv = "TESTNET_FAKE_NODE"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(fakeNodeEnv) == "1" {
+		os.Exit(fakeNode(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// fakeNode plays a node for the suite: it reports the listening event,
+// serves /v1/status and /v1/peers, and on SIGINT a final event. Each
+// fake leaves a file named after its peer ID in the testnet dir, saying
+// whether it attacks; an honest fake lists every other fake, and shows an
+// attacker banned half a second after the common start. Its final
+// accuracy is 0.9, or 0.89 in a swarm with an attacker (0.1 for an
+// attacker). An attacker started without the unlock variable exits 2, as
+// the real node refuses to start.
+func fakeNode(args []string) int {
+	flag := func(name string) string {
+		if i := slices.Index(args, "--"+name); i >= 0 && i+1 < len(args) {
+			return args[i+1]
+		}
+		return ""
+	}
+	attacker := flag("adversary") != ""
+	if attacker && os.Getenv(node.UnlockAdversaryEnv) != node.UnlockAdversaryValue {
+		fmt.Fprintln(os.Stderr, "locked")
+		return 2
+	}
+	dataDir, startFile := flag("data-dir"), flag("start-file")
+	id := "fake-" + filepath.Base(dataDir)
+	peersDir := filepath.Join(filepath.Dir(dataDir), "peers")
+	role := "honest"
+	if attacker {
+		role = "attacker"
+	}
+	if os.MkdirAll(peersDir, 0o755) != nil || os.WriteFile(filepath.Join(peersDir, id), []byte(role), 0o644) != nil {
+		return 1
+	}
+	roles := func() map[string]string {
+		out := map[string]string{}
+		ents, _ := os.ReadDir(peersDir)
+		for _, e := range ents {
+			b, _ := os.ReadFile(filepath.Join(peersDir, e.Name()))
+			out[e.Name()] = string(b)
+		}
+		return out
+	}
+	l, err := net.Listen("tcp", flag("api"))
+	if err != nil {
+		return 1
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/status", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, `{"peer_id":"`+id+`","test_accuracy":0.5}`)
+	})
+	mux.HandleFunc("/v1/peers", func(w http.ResponseWriter, _ *http.Request) {
+		var since time.Duration = -1
+		if st, err := os.Stat(startFile); err == nil {
+			since = time.Since(st.ModTime())
+		}
+		var peers []map[string]any
+		for p, r := range roles() {
+			if p == id {
+				continue
+			}
+			e := map[string]any{"peer_id": p, "connected": true, "reputation": 0.5, "reputation_state": "ok",
+				"verdicts": map[string]int{"accepted": 2}}
+			if r == "attacker" && !attacker && since >= 500*time.Millisecond {
+				e["reputation"], e["reputation_state"], e["connected"] = -3.0, "banned", false
+				e["banned_until"], e["verdicts"] = time.Now().Add(time.Hour).Format(time.RFC3339), map[string]int{"non_finite": 4, "accepted": 1}
+			}
+			peers = append(peers, e)
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"peers": peers})
+	})
+	go func() { _ = http.Serve(l, mux) }()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	fmt.Printf(`{"event":"listening","peer_id":%q,"addrs":["/ip4/127.0.0.1/tcp/1/p2p/%s"]}`+"\n", id, id)
+	<-sig
+	acc := 0.9
+	for _, r := range roles() {
+		if r == "attacker" {
+			acc = 0.89
+		}
+	}
+	if attacker {
+		acc = 0.1
+	}
+	fmt.Printf(`{"event":"final","test_accuracy":%g}`+"\n", acc)
+	return 0
+}
+
+// TestRunHostileWithFakeNodes runs the whole suite on fake nodes: the
+// attackers get their flags and the unlock variable (a locked one would
+// not start), the bans are timed from the common start, the accuracies
+// come from the final events, and the files are written.
+func TestRunHostileWithFakeNodes(t *testing.T) {
+	t.Setenv(fakeNodeEnv, "1")
+	t.Setenv(node.UnlockAdversaryEnv, "") // only the attackers' own environment unlocks
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultHostileConfig()
+	cfg.Binary, cfg.Out = exe, t.TempDir()
+	cfg.Attacks, cfg.Strengths = []string{node.AdversaryNaN, node.AdversaryScale}, map[string]float64{node.AdversaryScale: 3}
+	cfg.Nodes, cfg.Attackers, cfg.Duration = 4, 1, 1500*time.Millisecond
+	cfg.Settle, cfg.PollEvery = 0, 50*time.Millisecond
+	var progress strings.Builder
+	cfg.Progress = &progress
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	res, err := RunHostile(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("progress:\n%s", progress.String())
+	if res.Baseline == nil || len(res.Runs) != 2 {
+		t.Fatalf("baseline %v and %d runs, want a baseline and 2", res.Baseline != nil, len(res.Runs))
+	}
+	for _, run := range append([]AttackRun{*res.Baseline}, res.Runs...) {
+		if run.Error != "" {
+			t.Fatalf("%s: %s", run.Attack, run.Error)
+		}
+		if len(run.HonestBans) != 0 {
+			t.Errorf("%s: honest bans %+v", run.Attack, run.HonestBans)
+		}
+	}
+	if b := res.Baseline; b.Attack != AttackNone || len(b.Pairs) != 0 || b.HonestAccuracyMean != 0.9 || b.AccuracyDeltaPP != nil {
+		t.Errorf("baseline %+v", b)
+	}
+	for i, run := range res.Runs {
+		if want := cfg.Attacks[i]; run.Attack != want {
+			t.Errorf("run %d attacks %s, want %s", i, run.Attack, want)
+		}
+		if !run.AllBanned || run.BannedPairs != 3 || len(run.Pairs) != 3 {
+			t.Errorf("%s: banned %d of %d pairs", run.Attack, run.BannedPairs, len(run.Pairs))
+		}
+		for _, p := range run.Pairs {
+			if p.Target != 3 || p.State != StateBanned || p.BannedAtS == nil || *p.BannedAtS < 0.5 || *p.ExchangesAtBan != 5 {
+				t.Errorf("%s: pair %+v", run.Attack, p)
+			}
+		}
+		if run.HonestAccuracyMean != 0.89 || run.AccuracyDeltaPP == nil || fmt.Sprintf("%.2f", *run.AccuracyDeltaPP) != "-1.00" {
+			t.Errorf("%s: accuracy %v, delta %v", run.Attack, run.HonestAccuracyMean, run.AccuracyDeltaPP)
+		}
+		for _, n := range run.Nodes {
+			if n.Attacker != (n.Index == 3) || n.AccuracyFrom != "final" {
+				t.Errorf("%s: node %+v", run.Attack, n)
+			}
+		}
+	}
+	if s := res.Runs[1].Strength; s != 3 {
+		t.Errorf("scale ran at %v, want the configured 3", s)
+	}
+	if s := res.Runs[0].Strength; s != 0.01 {
+		t.Errorf("nan ran at %v, want its default 0.01", s)
+	}
+	if err := WriteHostile(cfg.Out, res); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadHostileFile(filepath.Join(cfg.Out, ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back.Runs, res.Runs) {
+		t.Error("results.json does not read back as written")
+	}
+	md, err := os.ReadFile(filepath.Join(cfg.Out, ReportFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| none (all honest) | - | 90.00% / 90.00% |", "| nan | 0.01 | 89.00% / 89.00% | -1.00 pp | 3/3 |",
+		"| scale | 3 |", "| nan | 0 | 3 | banned | -3.00 |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	if !strings.Contains(progress.String(), "banned attacker node 3 after 5 verdicts") {
+		t.Errorf("no progress line for the bans:\n%s", progress.String())
+	}
+}
+
+// TestPerNodeEnvironment: without the unlock variable in its own
+// environment an attacker does not start, and the swarm is a failed run.
+func TestPerNodeEnvironment(t *testing.T) {
+	t.Setenv(fakeNodeEnv, "1")
+	t.Setenv(node.UnlockAdversaryEnv, "")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Up(t.Context(), Config{Binary: exe, Dir: t.TempDir(), Nodes: 2, StartTimeout: 30 * time.Second,
+		PerNode: func(i int) ([]string, []string) {
+			if i == 1 {
+				return []string{"--adversary", "nan"}, nil
+			}
+			return nil, nil
+		}})
+	if err == nil || !strings.Contains(err.Error(), "node 1 exited during start-up") {
+		t.Fatalf("a locked attacker started: %v", err)
+	}
+}
+
+func TestParsePeers(t *testing.T) {
+	// The API's documented example: no reputation fields yet.
+	b, err := os.ReadFile("../api/testdata/peers.golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var golden struct {
+		Body json.RawMessage `json:"body"`
+	}
+	if err := json.Unmarshal(b, &golden); err != nil {
+		t.Fatal(err)
+	}
+	views, err := ParsePeers(strings.NewReader(string(golden.Body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(views) != 2 || views[0].PeerID == "" || views[0].ReputationState != "" || views[0].Exchanges() != 0 ||
+		views[0].Reputation == nil || *views[0].Reputation != 0.75 || views[1].Reputation != nil {
+		t.Fatalf("golden peers parsed as %+v", views)
+	}
+
+	const withReputation = `{"peers":[
+	 {"peer_id":"A","connected":true,"reputation":0.4,"reputation_state":"ok","verdicts":{"accepted":7,"outlier":1}},
+	 {"peer_id":"B","connected":false,"reputation":-4.5,"reputation_state":"banned","banned_until":"2026-01-02T03:04:05Z",
+	  "verdicts":{"non_finite":3,"size_mismatch":2}},
+	 {"peer_id":"C","connected":true,"reputation":-1,"reputation_state":"ignored","verdicts":{}}]}`
+	views, err = ParsePeers(strings.NewReader(withReputation))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		id, state string
+		exchanges int64
+		connected bool
+	}{{"A", StateOK, 8, true}, {"B", StateBanned, 5, false}, {"C", StateIgnored, 0, true}}
+	for i, w := range want {
+		v := views[i]
+		if v.PeerID != w.id || v.ReputationState != w.state || v.Exchanges() != w.exchanges || v.Connected != w.connected {
+			t.Errorf("entry %d: %+v, want %+v", i, v, w)
+		}
+	}
+	if views[1].BannedUntil != "2026-01-02T03:04:05Z" {
+		t.Errorf("banned_until %q", views[1].BannedUntil)
+	}
+
+	for _, bad := range []string{``, `{`, `{"peers":{}}`, `{"error":"x"}`, `[]`} {
+		if _, err := ParsePeers(strings.NewReader(bad)); !errors.Is(err, ErrHostile) {
+			t.Errorf("ParsePeers(%q) = %v, want an error", bad, err)
+		}
+	}
+}
+
+func TestBanTracker(t *testing.T) {
+	peers := []string{"h0", "h1", "h2", "a3"}
+	tr := newBanTracker(peers)
+	view := func(id, state string, verdicts map[string]int64) PeerView {
+		return PeerView{PeerID: id, ReputationState: state, Verdicts: verdicts}
+	}
+	if got := tr.observe(0.5, 0, []PeerView{view("h1", StateOK, nil), view("a3", StateOK, map[string]int64{"accepted": 2}),
+		view("stranger", StateBanned, nil), view("h0", StateBanned, nil)}); len(got) != 0 {
+		t.Fatalf("new bans %+v, want none (strangers and self do not count)", got)
+	}
+	got := tr.observe(1.5, 0, []PeerView{view("a3", StateBanned, map[string]int64{"accepted": 2, "outlier": 4})})
+	if len(got) != 1 || got[0].Target != 3 || *got[0].BannedAtS != 1.5 || *got[0].ExchangesAtBan != 6 {
+		t.Fatalf("new bans %+v, want a3 at 1.5s after 6", got)
+	}
+	// Still banned later, with more verdicts: the first time stands.
+	if got := tr.observe(2.5, 0, []PeerView{view("a3", StateBanned, map[string]int64{"outlier": 9})}); len(got) != 0 {
+		t.Fatalf("a ban reported twice: %+v", got)
+	}
+	tr.observe(2.5, 1, []PeerView{view("a3", StateIgnored, map[string]int64{"outlier": 2}), view("h2", StateBanned, nil)})
+
+	var run AttackRun
+	tr.outcome(&run, 3)
+	if len(run.Pairs) != 3 || run.BannedPairs != 1 || run.AllBanned {
+		t.Fatalf("pairs %+v, banned %d", run.Pairs, run.BannedPairs)
+	}
+	p0, p1, p2 := run.Pairs[0], run.Pairs[1], run.Pairs[2]
+	if p0.State != StateBanned || *p0.BannedAtS != 1.5 || *p0.ExchangesAtBan != 6 || p0.Verdicts["outlier"] != 9 {
+		t.Errorf("node 0's view of the attacker: %+v", p0)
+	}
+	if p1.State != StateIgnored || p1.BannedAtS != nil {
+		t.Errorf("node 1's view of the attacker: %+v", p1)
+	}
+	if p2.State != "" || p2.BannedAtS != nil || p2.ObserverPeer != "h2" || p2.TargetPeer != "a3" {
+		t.Errorf("node 2 never listed the attacker: %+v", p2)
+	}
+	if len(run.HonestBans) != 1 || run.HonestBans[0].Observer != 1 || run.HonestBans[0].Target != 2 {
+		t.Errorf("honest bans %+v, want node 1 banning node 2", run.HonestBans)
+	}
+}
+
+func TestAccuracies(t *testing.T) {
+	nodes := func(accs ...float64) []NodeOutcome {
+		var out []NodeOutcome
+		for i, a := range accs {
+			out = append(out, NodeOutcome{Index: i, FinalAccuracy: a, Attacker: i == len(accs)-1})
+		}
+		return out
+	}
+	base := &AttackRun{Attack: AttackNone, Nodes: nodes(0.90, 0.92, 0.10)}
+	base.Nodes[2].Attacker = false
+	accuracies(base, 2, nil)
+	run := &AttackRun{Attack: "nan", Nodes: nodes(0.89, 0.90, 0.05)}
+	accuracies(run, 2, base)
+	if base.HonestAccuracyMean != 0.91 || base.AccuracyDeltaPP != nil {
+		t.Errorf("baseline mean %v delta %v: want 0.91 over nodes 0 and 1, no delta", base.HonestAccuracyMean, base.AccuracyDeltaPP)
+	}
+	if fmt.Sprintf("%.4f %.2f %.2f", run.HonestAccuracyMean, run.HonestAccuracyMin, *run.AccuracyDeltaPP) != "0.8950 0.89 -1.50" {
+		t.Errorf("attack mean %v min %v delta %v", run.HonestAccuracyMean, run.HonestAccuracyMin, *run.AccuracyDeltaPP)
+	}
+}
+
+func TestHostileConfigValidate(t *testing.T) {
+	ok := DefaultHostileConfig()
+	ok.Binary = "meshtrain"
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("default: %v", err)
+	}
+	c := ok
+	c.Binary, c.Out = "", ""
+	c.Attacks = []string{"nan", "telepathy"}
+	c.Strengths = map[string]float64{"scale": 2}
+	c.Nodes, c.Attackers = 3, 3
+	c.Duration, c.AvgInterval, c.Threads, c.PollEvery = 0, 0, 0, 0
+	c.Dataset, c.Model = "imagenet", "transformer"
+	err := c.Validate()
+	for _, want := range []string{"no binary", "no output dir", `"telepathy"`, `strength for "scale"`, "attackers 3",
+		"duration 0s", "averaging interval", "threads 0", "poll interval", `dataset "imagenet"`, "transformer"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate: %v; want it to name %q", err, want)
+		}
+	}
+	if !errors.Is(err, ErrHostile) {
+		t.Errorf("%v does not wrap ErrHostile", err)
+	}
+}
