@@ -64,7 +64,8 @@ type HostileConfig struct {
 	// comparison.
 	Baseline bool
 	// Dataset, DataPath and Model are every node's; shards are iid
-	// (--shard i/Nodes).
+	// (--shard i/Nodes). Training runs with no end (--epochs 0) at a
+	// constant learning rate, stopped after Duration.
 	Dataset, DataPath, Model string
 	// AvgInterval is the wall time between the merges a node starts:
 	// shorter means more exchanges, so verdicts come sooner.
@@ -247,8 +248,10 @@ type Pair struct {
 	ObserverPeer string `json:"observer_peer"`
 	Target       int    `json:"target"`
 	TargetPeer   string `json:"target_peer"`
-	// State, Reputation and Verdicts as last seen ("" and null: never
-	// listed).
+	// Listed: the observer's /v1/peers listed the target at least once.
+	// State, Reputation and Verdicts as last listed ("" and null when the
+	// observer did not say).
+	Listed     bool             `json:"listed"`
 	State      string           `json:"state"`
 	Reputation *float64         `json:"reputation"`
 	Verdicts   map[string]int64 `json:"verdicts"`
@@ -330,7 +333,7 @@ func (t *banTracker) observe(atS float64, observer int, views []PeerView) []Pair
 			continue
 		}
 		p := t.pair(observer, target)
-		p.State, p.Reputation = v.ReputationState, v.Reputation
+		p.Listed, p.State, p.Reputation = true, v.ReputationState, v.Reputation
 		p.Verdicts = cloneCounts(v.Verdicts)
 		if v.ReputationState == StateBanned && p.BannedAtS == nil {
 			at, n := atS, v.Exchanges()
@@ -522,7 +525,7 @@ func banExchanges(r AttackRun) []float64 {
 func (h *hostile) nodeArgs(net, startFile string) []string {
 	c := h.cfg
 	args := []string{"--no-data-dir", "--log-level", "warn", "--network", net, "--seed", "1",
-		"--dataset", c.Dataset, "--model", c.Model, "--epochs", "0", "--threads", strconv.Itoa(c.Threads),
+		"--dataset", c.Dataset, "--model", c.Model, "--epochs", "0", "--schedule", "const", "--threads", strconv.Itoa(c.Threads),
 		"--announce-interval", "1s", "--avg-interval", c.AvgInterval.String(), "--eval-every", "5s",
 		"--checkpoint-every", "0", "--start-file", startFile}
 	if c.DataPath != "" {
@@ -811,7 +814,10 @@ func WriteHostileReport(w io.Writer, r *HostileResult) {
 	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|\n")
 	for _, run := range r.Runs {
 		for _, p := range run.Pairs {
-			state, score, at, ex := cmp.Or(p.State, "not listed"), "-", "-", "-"
+			state, score, at, ex := cmp.Or(p.State, "no reputation"), "-", "-", "-"
+			if !p.Listed {
+				state = "not listed"
+			}
 			if p.Reputation != nil {
 				score = fmt.Sprintf("%.2f", *p.Reputation)
 			}

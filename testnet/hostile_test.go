@@ -305,13 +305,13 @@ func TestBanTracker(t *testing.T) {
 		t.Fatalf("pairs %+v, banned %d", run.Pairs, run.BannedPairs)
 	}
 	p0, p1, p2 := run.Pairs[0], run.Pairs[1], run.Pairs[2]
-	if p0.State != StateBanned || *p0.BannedAtS != 1.5 || *p0.ExchangesAtBan != 6 || p0.Verdicts["outlier"] != 9 {
+	if !p0.Listed || p0.State != StateBanned || *p0.BannedAtS != 1.5 || *p0.ExchangesAtBan != 6 || p0.Verdicts["outlier"] != 9 {
 		t.Errorf("node 0's view of the attacker: %+v", p0)
 	}
 	if p1.State != StateIgnored || p1.BannedAtS != nil {
 		t.Errorf("node 1's view of the attacker: %+v", p1)
 	}
-	if p2.State != "" || p2.BannedAtS != nil || p2.ObserverPeer != "h2" || p2.TargetPeer != "a3" {
+	if p2.Listed || p2.State != "" || p2.BannedAtS != nil || p2.ObserverPeer != "h2" || p2.TargetPeer != "a3" {
 		t.Errorf("node 2 never listed the attacker: %+v", p2)
 	}
 	if len(run.HonestBans) != 1 || run.HonestBans[0].Observer != 1 || run.HonestBans[0].Target != 2 {

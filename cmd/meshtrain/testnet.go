@@ -13,6 +13,7 @@ func runTestnet(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 || isHelp(args[0]) {
 		fmt.Fprintln(e.stdout, "Usage: meshtrain testnet up [flags] [-- node flags]   start a local swarm on 127.0.0.1")
 		fmt.Fprintln(e.stdout, "       meshtrain testnet down [--dir DIR]          stop a detached one")
+		fmt.Fprintln(e.stdout, "       meshtrain testnet attack [flags]            run swarms with attacking test nodes and report")
 		if len(args) == 0 {
 			return exitUsage
 		}
@@ -24,8 +25,10 @@ func runTestnet(ctx context.Context, e *env, args []string) int {
 		return testnetUp(ctx, sub, args[1:])
 	case "down":
 		return testnetDown(sub, args[1:])
+	case "attack":
+		return testnetAttack(ctx, sub, args[1:])
 	}
-	return usageError(e, "unknown subcommand %q (want up or down)", args[0])
+	return usageError(e, "unknown subcommand %q (want up, down or attack)", args[0])
 }
 
 func testnetUp(ctx context.Context, e *env, args []string) int {
