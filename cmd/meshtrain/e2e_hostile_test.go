@@ -1,0 +1,108 @@
+//go:build e2e
+
+// The hostile-swarm suite, short enough for CI (about three minutes on two
+// cores): `meshtrain testnet attack` runs five real nodes on 127.0.0.1, the
+// last of which attacks, once all honest and once per attack, and the
+// test holds the honest nodes' defences to their promises.
+package main
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshtrain/meshtrain/node"
+	"github.com/meshtrain/meshtrain/testnet"
+)
+
+// TestE2EHostileSwarm: for nan, wrongdim, signflip and scale, every honest
+// node bans the attacker, no honest node ever bans another, and the honest
+// nodes end within 1 percentage point of the same nodes' accuracy in the
+// all-honest swarm. Softmax regression: it reaches its plateau within the
+// 25 s runs, so the comparison is of settled models, not of noise along a
+// learning curve.
+func TestE2EHostileSwarm(t *testing.T) {
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	attacks := []string{node.AdversaryNaN, node.AdversaryWrongDim, node.AdversarySignFlip, node.AdversaryScale}
+	cmd := exec.CommandContext(ctx, binary, "testnet", "attack", "--attacks", strings.Join(attacks, ","),
+		"--nodes", "5", "--attackers", "1", "--duration", "25s", "--model", "softmax", "--settle", "2s", "--out", out)
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("meshtrain testnet attack: %v\n%s", err, log.String())
+	}
+	t.Logf("meshtrain testnet attack:\n%s", log.String())
+	res, err := testnet.ReadHostileFile(filepath.Join(out, testnet.ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(filepath.Join(out, testnet.ReportFile)); err != nil || st.Size() == 0 {
+		t.Errorf("%s missing or empty (%v)", testnet.ReportFile, err)
+	}
+	if res.Baseline == nil || res.Baseline.Error != "" {
+		t.Fatalf("no all-honest baseline: %+v", res.Baseline)
+	}
+	if len(res.Baseline.HonestBans) > 0 {
+		t.Errorf("all honest: honest nodes banned each other: %+v", res.Baseline.HonestBans)
+	}
+	if len(res.Runs) != len(attacks) {
+		t.Fatalf("%d runs, want one per attack (%d)", len(res.Runs), len(attacks))
+	}
+	for _, run := range res.Runs {
+		if run.Error != "" {
+			t.Errorf("%s: %s", run.Attack, run.Error)
+			continue
+		}
+		for _, p := range run.HonestBans {
+			t.Errorf("%s: honest node %d banned honest node %d at %.1fs", run.Attack, p.Observer, p.Target, *p.BannedAtS)
+		}
+		if len(run.Pairs) != 4 {
+			t.Errorf("%s: %d (honest, attacker) pairs, want 4", run.Attack, len(run.Pairs))
+		}
+		for _, p := range run.Pairs {
+			if p.BannedAtS == nil {
+				t.Errorf("%s: honest node %d never banned the attacker (listed %v, state %q, verdicts %v)",
+					run.Attack, p.Observer, p.Listed, p.State, p.Verdicts)
+			}
+		}
+		if run.AccuracyDeltaPP == nil {
+			t.Errorf("%s: no accuracy comparison with the all-honest swarm", run.Attack)
+		} else if d := *run.AccuracyDeltaPP; math.Abs(d) > 1 {
+			t.Errorf("%s: honest accuracy %.2f%% is %+.2f pp from the all-honest swarm's, want within 1 pp",
+				run.Attack, 100*run.HonestAccuracyMean, d)
+		}
+	}
+}
+
+// TestE2EAdversaryLocked: without the unlock variable, --adversary is
+// refused at once, with a usage error that says how to unlock it.
+func TestE2EAdversaryLocked(t *testing.T) {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, node.UnlockAdversaryEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	for _, extra := range [][]string{nil, {node.UnlockAdversaryEnv + "=yes"}} {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		cmd := exec.CommandContext(ctx, binary, "node", "--no-data-dir", "--api", "", "--adversary", "nan")
+		cmd.Env = append(env, extra...)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Fatalf("env %v: exit %v, want 2; output:\n%s", extra, err, out)
+		}
+		if !strings.Contains(string(out), node.UnlockAdversaryEnv+"="+node.UnlockAdversaryValue) {
+			t.Errorf("env %v: the refusal does not say how to unlock:\n%s", extra, out)
+		}
+	}
+}
