@@ -259,6 +259,21 @@ func putFloats(dst []float32, off int, b []byte) {
 	}
 }
 
+// appendFloats appends the little-endian floats in b to dst, doubling its
+// capacity when it must grow, but never past total elements: a vector read
+// in one chunk is allocated once, at its size.
+func appendFloats(dst []float32, b []byte, total int) []float32 {
+	n := len(dst)
+	if need := n + len(b)/4; need > cap(dst) {
+		grown := make([]float32, n, min(max(2*cap(dst), need), total))
+		copy(grown, dst)
+		dst = grown
+	}
+	dst = dst[:n+len(b)/4]
+	putFloats(dst, n, b)
+	return dst
+}
+
 func numChunks(elems uint64, chunkSize uint32) uint32 {
 	return uint32((elems*4 + uint64(chunkSize) - 1) / uint64(chunkSize))
 }
@@ -535,9 +550,10 @@ func readCheckpoint(ctx context.Context, r kvReader, id uint64, decode bool) (*C
 		if decode && sec.n > uint64(math.MaxInt/4) {
 			return nil, fmt.Errorf("store: checkpoint %d holds %d floats, too many for this platform", id, sec.n)
 		}
-		if decode && sec.n > 0 {
-			vecs[i] = make([]float32, sec.n)
-		}
+		// The vector grows as its chunks arrive rather than being sized
+		// from the manifest up front: a manifest claiming more data than
+		// the store holds is corrupt, and must not cost the memory it
+		// claims before that shows.
 		size := sec.n * 4
 		for idx := range numChunks(sec.n, m.chunkSize) {
 			if err := ctx.Err(); err != nil {
@@ -551,7 +567,7 @@ func readCheckpoint(ctx context.Context, r kvReader, id uint64, decode bool) (*C
 				}
 				h.Write(v)
 				if decode {
-					putFloats(vecs[i], int(off/4), v)
+					vecs[i] = appendFloats(vecs[i], v, int(sec.n))
 				}
 				return nil
 			})
