@@ -38,8 +38,9 @@ const (
 	// NaN (at least one). Default 0.01.
 	AdversaryNaN = "nan"
 	// AdversaryReplay sends, forever, the model it had strength seconds
-	// after it started, claiming its current step and progress so the
-	// staleness weight does not discount it. Default 5.
+	// after it first sent one (which, with the averager, is when training
+	// starts), claiming its current step and progress so the staleness
+	// weight does not discount it. Default 5.
 	AdversaryReplay = "replay"
 	// AdversaryWrongDim sends frames with strength more elements (fewer if
 	// negative; an integer), under the same fingerprint. Default 1.
@@ -194,11 +195,11 @@ func (lockedError) Unwrap() []error { return []error{ErrBadConfig, ErrAdversaryL
 // use: the gossip service serves snapshots from several goroutines while
 // the averager starts its own exchanges.
 type attacker struct {
-	adv   Adversary
-	start time.Time
-	now   func() time.Time
+	adv Adversary
+	now func() time.Time
 
 	mu     sync.Mutex
+	start  time.Time // of the first attack; replay counts from it
 	rng    *rand.Rand
 	replay []float32 // the model replayed, once captured
 
@@ -210,7 +211,7 @@ type attacker struct {
 }
 
 func newAttacker(a Adversary, seed uint64, now func() time.Time) *attacker {
-	return &attacker{adv: a, start: now(), now: now, rng: rand.New(rand.NewPCG(seed, 0x616476))}
+	return &attacker{adv: a, now: now, rng: rand.New(rand.NewPCG(seed, 0x616476))}
 }
 
 // outgoing is what the node sends in place of s: s itself on an honest
@@ -241,7 +242,11 @@ func (a *attacker) attack(s params.Snapshot) params.Snapshot {
 		scaled(out.Params, s.Params, a.adv.Strength)
 	case AdversaryReplay:
 		a.mu.Lock()
-		out.Params = replayed(&a.replay, s.Params, a.now().Sub(a.start) >= time.Duration(a.adv.Strength*float64(time.Second)))
+		now := a.now()
+		if a.start.IsZero() {
+			a.start = now
+		}
+		out.Params = replayed(&a.replay, s.Params, now.Sub(a.start) >= time.Duration(a.adv.Strength*float64(time.Second)))
 		a.mu.Unlock()
 	}
 	return out

@@ -202,8 +202,9 @@ func TestAttackTransforms(t *testing.T) {
 	}
 }
 
-// TestReplay: the honest model until the capture time, then the model of
-// that moment forever, under each call's own step and progress.
+// TestReplay: the honest model until Strength seconds after the first
+// model sent, then the model of that moment forever, under each call's own
+// step and progress.
 func TestReplay(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Unix(1000, 0)
@@ -214,9 +215,11 @@ func TestReplay(t *testing.T) {
 		return params.Snapshot{Step: step, Progress: params.Progress(32 * step), Params: randomVector(100, seed)}
 	}
 
+	// Time before the first model sent (before training) does not count.
+	advance(time.Hour)
 	s1 := snap(10, 1)
 	if out := a.attack(s1); !slices.Equal(out.Params, s1.Params) || out.Step != 10 {
-		t.Fatalf("before the capture time: step %d, want the honest model", out.Step)
+		t.Fatalf("first model sent: step %d, want the honest model", out.Step)
 	}
 	advance(4 * time.Second)
 	s2 := snap(20, 2)
