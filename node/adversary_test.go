@@ -276,7 +276,9 @@ func hostileConfig(network string) Config {
 // hostilePair starts an honest node that does not run (it serves,
 // announces and hands what it receives to its inbound queue, where the
 // test reads it, but never trains or merges) and a running attacker
-// joined to it. Both stop when the test ends.
+// joined to it. Both stop when the test ends. The tests look only at what
+// reaches the honest node, never at its view of the attacker, which its
+// defences may change at any moment.
 func hostilePair(t *testing.T, adv Adversary) (honest, attacker *Node) {
 	t.Helper()
 	before := goleak.IgnoreCurrent()
@@ -308,9 +310,6 @@ func hostilePair(t *testing.T, adv Adversary) (honest, attacker *Node) {
 		if err := <-done; err != nil {
 			t.Errorf("attacker: %v", err)
 		}
-	})
-	waitFor(t, "the nodes to see each other", func() bool {
-		return len(honest.partners()) == 1 && len(attacker.partners()) == 1
 	})
 	return honest, attacker
 }
@@ -388,18 +387,19 @@ func TestHostileNodeSendsAttackedModels(t *testing.T) {
 	}
 }
 
-// TestHostileNodeRefused: the honest side refuses every model a nan or
-// wrongdim node sends, under the reason its reputation hears; a flood
-// shows as flood and busy refusals.
+// TestHostileNodeRefused: the honest side refuses the models a nan or
+// wrongdim node sends, under the reason its reputation hears, and takes
+// none of them; a flood shows as flood and busy refusals. (What the
+// attacker serves is checked at the gossip level: once refused, the honest
+// node may no longer talk to it at all.)
 func TestHostileNodeRefused(t *testing.T) {
 	for _, tc := range []struct {
 		adv     Adversary
 		reasons []gossip.Reason
-		pull    gossip.Reason // what a pull from the attacker fails with; ReasonNone: refused by it
 	}{
-		{Adversary{AdversaryNaN, 0.01}, []gossip.Reason{gossip.ReasonNonFinite}, gossip.ReasonNonFinite},
-		{Adversary{AdversaryWrongDim, 3}, []gossip.Reason{gossip.ReasonSizeMismatch}, gossip.ReasonNone},
-		{Adversary{AdversaryFlood, 200}, []gossip.Reason{gossip.ReasonFlood, gossip.ReasonBusy}, 0xff},
+		{Adversary{AdversaryNaN, 0.01}, []gossip.Reason{gossip.ReasonNonFinite}},
+		{Adversary{AdversaryWrongDim, 3}, []gossip.Reason{gossip.ReasonSizeMismatch}},
+		{Adversary{AdversaryFlood, 200}, []gossip.Reason{gossip.ReasonFlood, gossip.ReasonBusy}},
 	} {
 		t.Run(tc.adv.Kind, func(t *testing.T) {
 			honest, attacker := hostilePair(t, tc.adv)
@@ -411,18 +411,12 @@ func TestHostileNodeRefused(t *testing.T) {
 				}
 				return true
 			})
-			if tc.pull != 0xff {
-				_, err := honest.svc.Pull(t.Context(), attacker.ID())
-				if tc.pull == gossip.ReasonNone && !errors.Is(err, gossip.ErrRefused) {
-					t.Errorf("pull from the attacker: %v, want refused", err)
-				} else if tc.pull != gossip.ReasonNone && gossip.ReasonOf(err) != tc.pull {
-					t.Errorf("pull from the attacker: %v, want %v", err, tc.pull)
-				}
-				select {
-				case in := <-honest.inbound:
+			select {
+			case in := <-honest.inbound:
+				if tc.adv.Kind != AdversaryFlood {
 					t.Errorf("the honest node accepted a model from %s", in.from)
-				default:
 				}
+			default:
 			}
 			for _, v := range [][]float32{attacker.trainer.Snapshot().Params, honest.trainer.Snapshot().Params} {
 				for _, x := range v {
