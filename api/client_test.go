@@ -56,7 +56,8 @@ func TestClientAgainstServer(t *testing.T) {
 		t.Fatalf("status %+v, %v", st, err)
 	}
 	peers, err := c.Peers(ctx)
-	if err != nil || len(peers) != 2 || *peers[0].Reputation != 0.75 || peers[1].Reputation != nil {
+	if err != nil || len(peers) != 3 || *peers[0].Reputation != 0.75 || peers[1].Reputation != nil ||
+		peers[2].ReputationState != "banned" || peers[2].BannedUntil == nil {
 		t.Fatalf("peers %+v, %v", peers, err)
 	}
 	h, err := c.History(ctx, 2)

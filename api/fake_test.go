@@ -15,9 +15,10 @@ import (
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 const (
-	fakePeer  = "12D3KooWHxkqBTjZqZ8yDyGGpdhhKpsZBVmWJ5NsS8BLVnqL7N6v"
-	otherPeer = "12D3KooWRBhwfeP2Y9CDkFRBAZ1pmxUadH36TKuk3KtKm5XXP8mA"
-	thirdPeer = "12D3KooWPjceQrSwdWXPyLLeABRXmuqt69Rg3sBYbU1Nft9HyQ6X"
+	fakePeer   = "12D3KooWHxkqBTjZqZ8yDyGGpdhhKpsZBVmWJ5NsS8BLVnqL7N6v"
+	otherPeer  = "12D3KooWRBhwfeP2Y9CDkFRBAZ1pmxUadH36TKuk3KtKm5XXP8mA"
+	thirdPeer  = "12D3KooWPjceQrSwdWXPyLLeABRXmuqt69Rg3sBYbU1Nft9HyQ6X"
+	bannedPeer = "12D3KooWRBhwfeP2Y4TCx1SM6s9rXRg9CUAFWrgmJQ4wxn6kQgE7"
 )
 
 // fakeSource is a Source with fixed values. panicOn names a method that
@@ -52,7 +53,8 @@ func newFake() *fakeSource {
 	g.BytesSent, g.BytesReceived = 123456789, 98765432
 	g.ExchangesDone, g.ExchangesServed, g.PullsDone, g.PullsServed = 40, 38, 1, 2
 	g.RefusedByPeer, g.AnnouncesSent, g.AnnouncesSeen = 3, 200, 410
-	rep := 0.75
+	rep, banned := 0.75, -45.0
+	bannedUntil := t0.Add(time.Hour)
 	ckpt := store.Info{ID: 7, Step: 1200, Progress: 76800, Fingerprint: fp, Created: t0.Add(-10 * time.Second),
 		Size: 36, ParamsLen: 9, OptLen: 9}
 	return &fakeSource{
@@ -64,14 +66,19 @@ func newFake() *fakeSource {
 			Peers: 2, Merges: 57, PeerMerges: map[string]int64{otherPeer: 30, thirdPeer: 27},
 			LastMerge: &node.MergeInfo{Partner: otherPeer, Staleness: 1.5, Weight: 0.3125, Inbound: true, Time: t0.Add(-time.Second)},
 			CatchUps:  1, ExchangesFailed: 4, ExchangeTimeouts: 1, InboundDropped: 2, Gossip: g, LastCheckpoint: &ckpt,
+			Trust: node.TrustStats{Enabled: true, Refused: map[string]int64{"outlier": 9, "loss_jump": 1, "non_finite": 0, "ignored": 4},
+				Clipped: 3, Validated: 12, Radius: 0.42, MedianDistance: 0.21, Banned: 1, GateRefused: 2},
 		},
 		peers: []node.PeerStatus{
 			{PeerID: otherPeer, Addrs: []string{"/ip4/127.0.0.1/tcp/4002/p2p/" + otherPeer}, Mode: "gossip", Step: 1100,
 				Progress: 70400, Loss: 0.33, Accuracy: 0.905, SamplesPerSec: 3000, Staleness: 133, Reputation: &rep,
+				ReputationState: "ok", Verdicts: map[string]int64{"accepted": 30},
 				RTTS: 0.00025, LastSeenS: 1.5, Connected: true, Merges: 30},
 			{PeerID: thirdPeer, Addrs: []string{"/ip4/127.0.0.1/tcp/4003/p2p/" + thirdPeer}, Mode: "local", Step: 600,
 				Progress: 38400, Loss: 0.5, Accuracy: 0.85, SamplesPerSec: 1500, Staleness: 634, RTTS: 0.001,
 				LastSeenS: 4, Connected: false, Merges: 27},
+			{PeerID: bannedPeer, Addrs: []string{}, Reputation: &banned, ReputationState: "banned", BannedUntil: &bannedUntil,
+				Verdicts: map[string]int64{"outlier": 9}},
 		},
 		hist: []store.Point{
 			{Time: t0.Add(-4 * time.Second), Step: 1100, Progress: 70400, Loss: 0.35, Accuracy: 0, SamplesPerSec: 3300},

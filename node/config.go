@@ -67,6 +67,9 @@ type Config struct {
 	CatchUp float64
 	// MaxUpload caps the bytes/s this node sends (0: no cap).
 	MaxUpload int
+	// Trust defends the model against broken and hostile peers (gossip
+	// mode merges; bans and the connection gate in every mode).
+	Trust TrustConfig
 	// SyncTimeout (sync mode) is how long a round waits for a member that
 	// has not contributed before the group drops it and goes on; members
 	// give up on a leader that has not answered within twice this. It must
@@ -108,6 +111,7 @@ func DefaultConfig() Config {
 		ExchangeTimeout: 30 * time.Second,
 		Merger:          averaging.DefaultMerger(),
 		CatchUp:         60000,
+		Trust:           DefaultTrustConfig(),
 		SyncTimeout:     10 * time.Second,
 		CheckpointEvery: 30 * time.Second,
 		EvalEvery:       0,
@@ -187,6 +191,7 @@ func (c Config) Validate() error {
 		if c.SyncTimeout <= 0 {
 			bad("sync-timeout %v: must be > 0", c.SyncTimeout)
 		}
+		sub("trust", c.Trust.Validate())
 	}
 	if c.CheckpointEvery < 0 {
 		bad("checkpoint-every %v: must be >= 0", c.CheckpointEvery)

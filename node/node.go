@@ -20,6 +20,7 @@ import (
 	"github.com/meshtrain/meshtrain/averaging"
 	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/params"
+	"github.com/meshtrain/meshtrain/reputation"
 	"github.com/meshtrain/meshtrain/store"
 	"github.com/meshtrain/meshtrain/train"
 )
@@ -52,6 +53,9 @@ type Node struct {
 	ann  *gossip.Announcer
 	svc  *gossip.Service
 	sync *syncer // sync mode only; see sync.go
+	// trust scores peers and vets their models (nil when disabled or
+	// offline); see trust.go.
+	trust *trust
 	// stopPS ends pubsub's goroutines, which otherwise live as long as the
 	// context New was given rather than as long as the mesh.
 	stopPS context.CancelFunc
@@ -139,6 +143,14 @@ func New(ctx context.Context, cfg Config, st store.Store, log *slog.Logger, emit
 	if cfg.Offline {
 		return n, nil
 	}
+	// Trust vets what gossip merges. The sync baseline merges nothing from
+	// single peers, and its members are a controlled group.
+	if cfg.Trust.Enabled && cfg.Mode == ModeGossip {
+		if n.trust, err = newTrust(cfg.Trust, cfg.Merger, cfg.Train.Batch, t, trainSet, cfg.Train.Seed); err != nil {
+			return nil, err
+		}
+		n.restoreBans()
+	}
 	if err := n.startMesh(ctx); err != nil {
 		n.closeMesh()
 		return nil, err
@@ -164,17 +176,23 @@ func (n *Node) startMesh(ctx context.Context) error {
 	ex.Counters, ex.Logger = &n.counters, n.baseLog
 	ex.OnReceive = n.receive
 	n.armAdversary(&ex)
+	if n.trust != nil {
+		ex.OnReject = n.onReject
+	}
 	if n.cfg.MaxUpload > 0 {
 		ex.UploadLimiter = gossip.NewUploadLimiter(n.cfg.MaxUpload)
 	}
 	hc := n.cfg.Host
 	hc.Gossip = ex
+	if n.trust != nil {
+		hc.Refuse = n.refuseConn
+	}
 	if n.host, err = NewHost(n.key, hc, n.baseLog); err != nil {
 		return err
 	}
 	psCtx, stopPS := context.WithCancel(ctx)
 	n.stopPS = stopPS
-	if n.ps, err = pubsub.NewGossipSub(psCtx, n.host); err != nil {
+	if n.ps, err = pubsub.NewGossipSub(psCtx, n.host, n.pubsubOptions()...); err != nil {
 		return fmt.Errorf("node: gossipsub: %w", err)
 	}
 	if n.svc, err = gossip.NewService(n.host, ex, n.serveSnapshot); err != nil {
@@ -183,6 +201,9 @@ func (n *Node) startMesh(ctx context.Context) error {
 	ac := n.cfg.Announce
 	ac.Network, ac.Fingerprint = n.cfg.Host.Network, n.fp
 	ac.Counters, ac.Logger = &n.counters, n.baseLog
+	if n.trust != nil {
+		ac.OnReject = n.onReject
+	}
 	if n.ann, err = gossip.NewAnnouncer(n.host, n.ps, ac, n.announcement); err != nil {
 		return err
 	}
@@ -513,7 +534,7 @@ func (n *Node) round(ctx context.Context, rng *rand.Rand, last peer.ID, send fun
 func (n *Node) partners() []gossip.PeerInfo {
 	var out []gossip.PeerInfo
 	for _, p := range n.ann.Fresh() {
-		if p.Peer != n.id && p.Fingerprint == n.fp && p.Mode == string(ModeGossip) {
+		if p.Peer != n.id && p.Fingerprint == n.fp && p.Mode == string(ModeGossip) && n.standing(p.Peer) == reputation.OK {
 			out = append(out, p)
 		}
 	}
@@ -541,6 +562,10 @@ func (n *Node) catchUp(ctx context.Context, best gossip.PeerInfo, send func(Even
 		}
 		return
 	}
+	if !n.vetCatchUp(best.Peer, remote) {
+		n.log.Warn("catch-up refused: the pulled model fails validation", "peer", best.Peer)
+		return
+	}
 	var before params.Progress
 	err = n.trainer.Apply(func(w, mom []float32, p *params.Progress) error {
 		if len(remote.Params) != len(w) || remote.Fingerprint != n.fp || !remote.Progress.Valid() {
@@ -564,6 +589,13 @@ func (n *Node) catchUp(ctx context.Context, best gossip.PeerInfo, send func(Even
 
 // merge mixes a remote model into ours between two steps.
 func (n *Node) merge(from peer.ID, remote params.Snapshot, inbound bool) {
+	clipped := false
+	if n.trust != nil {
+		var ok bool
+		if ok, clipped = n.vet(from, &remote); !ok {
+			return
+		}
+	}
 	var out averaging.Outcome
 	err := n.trainer.Apply(func(w, mom []float32, p *params.Progress) error {
 		var err error
@@ -574,6 +606,9 @@ func (n *Node) merge(from peer.ID, remote params.Snapshot, inbound bool) {
 	if err != nil {
 		n.log.Warn("merge refused", "peer", from, "err", err)
 		return
+	}
+	if n.trust != nil {
+		n.accept(from, clipped)
 	}
 	n.merges.Add(1)
 	n.peerMu.Lock()
@@ -614,6 +649,9 @@ func (n *Node) closeMesh() {
 		}
 		if n.host != nil {
 			_ = n.host.Close()
+		}
+		if n.trust != nil {
+			n.trust.wg.Wait()
 		}
 	})
 }

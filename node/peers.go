@@ -9,6 +9,7 @@ import (
 
 	"github.com/meshtrain/meshtrain/averaging"
 	"github.com/meshtrain/meshtrain/params"
+	"github.com/meshtrain/meshtrain/reputation"
 	"github.com/meshtrain/meshtrain/store"
 )
 
@@ -25,15 +26,23 @@ type PeerStatus struct {
 	// Staleness is the peer's model's staleness relative to ours, in our
 	// steps: max(0, our progress - theirs) / our batch.
 	Staleness float64 `json:"staleness"`
-	// Reputation is the peer's score; nil until peer scoring is enabled.
-	Reputation *float64 `json:"reputation"`
-	RTTS       float64  `json:"rtt_s"`
-	LastSeenS  float64  `json:"last_seen_s"` // seconds ago
-	Connected  bool     `json:"connected"`
-	Merges     int64    `json:"merges"`
+	// Reputation is the peer's score (nil with --trust=false), and
+	// ReputationState what this node does with it: ok, ignored (never
+	// merged), disconnected or banned (connections refused until
+	// BannedUntil). Verdicts counts what the score was made of.
+	Reputation      *float64         `json:"reputation"`
+	ReputationState string           `json:"reputation_state,omitempty"`
+	BannedUntil     *time.Time       `json:"banned_until,omitempty"`
+	Verdicts        map[string]int64 `json:"verdicts,omitempty"`
+	RTTS            float64          `json:"rtt_s"`
+	LastSeenS       float64          `json:"last_seen_s"` // seconds ago
+	Connected       bool             `json:"connected"`
+	Merges          int64            `json:"merges"`
 }
 
-// Peers lists the fresh peers that announced our fingerprint, sorted by ID.
+// Peers lists the fresh peers that announced our fingerprint, and the
+// peers we have judged below the ignore threshold even if they no longer
+// announce (a banned peer is cut off), sorted by ID.
 func (n *Node) Peers() []PeerStatus {
 	if n.ann == nil {
 		return []PeerStatus{}
@@ -54,6 +63,34 @@ func (n *Node) Peers() []PeerStatus {
 			LastSeenS: now.Sub(p.SeenAt).Seconds(), Connected: n.host.Network().Connectedness(p.Peer) == network.Connected,
 			Merges: merges[p.Peer.String()],
 		})
+	}
+	if n.trust != nil {
+		seen := make(map[string]int, len(out))
+		for i, p := range out {
+			seen[p.PeerID] = i
+		}
+		for _, r := range n.trust.book.Peers(now) {
+			i, ok := seen[r.Peer]
+			if !ok {
+				if r.State == reputation.OK {
+					continue
+				}
+				out = append(out, PeerStatus{PeerID: r.Peer, Addrs: []string{}, Merges: merges[r.Peer]})
+				i = len(out) - 1
+			}
+			score := r.Score
+			out[i].Reputation, out[i].ReputationState, out[i].Verdicts = &score, r.StateName, r.Counts
+			if !r.BannedUntil.IsZero() {
+				until := r.BannedUntil
+				out[i].BannedUntil = &until
+			}
+		}
+		for i := range out {
+			if out[i].Reputation == nil {
+				zero := 0.0
+				out[i].Reputation, out[i].ReputationState = &zero, reputation.OK.String()
+			}
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PeerID < out[j].PeerID })
 	return out

@@ -41,6 +41,7 @@ type Status struct {
 	ExchangeTimeouts int64            `json:"exchange_timeouts"`
 	InboundDropped   int64            `json:"inbound_dropped"`
 	Gossip           gossip.Stats     `json:"gossip"`
+	Trust            TrustStats       `json:"trust"`
 	LastCheckpoint   *store.Info      `json:"last_checkpoint,omitempty"`
 }
 
@@ -56,7 +57,7 @@ func (n *Node) Status() Status {
 		NetworkWaitS: time.Duration(n.networkWait.Load()).Seconds(),
 		Merges:       n.merges.Load(), PeerMerges: n.PeerMerges(), LastMerge: n.lastMerge.Load(), CatchUps: n.catchups.Load(),
 		ExchangesFailed: n.exchFailed.Load(), ExchangeTimeouts: n.timeouts.Load(), InboundDropped: n.inDropped.Load(),
-		Gossip: n.counters.Snapshot(), LastCheckpoint: n.lastCkpt.Load(),
+		Gossip: n.counters.Snapshot(), LastCheckpoint: n.lastCkpt.Load(), Trust: n.TrustStats(),
 	}
 	if n.cfg.Offline {
 		st.Mode, st.Profile = "offline", ""

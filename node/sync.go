@@ -102,6 +102,9 @@ func (n *Node) newSyncer() (*syncer, error) {
 	c.Timeout = n.cfg.SyncTimeout
 	c.MaxProgressDelta = float64(n.cfg.Train.Batch)
 	c.Counters, c.Logger, c.OnReject = &n.counters, n.baseLog, n.cfg.Exchange.OnReject
+	if n.trust != nil {
+		c.OnReject = n.onReject
+	}
 	svc, err := gossip.NewSyncService(n.host, c)
 	if err != nil {
 		return nil, err

@@ -47,6 +47,9 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	staleness := fs.String("staleness", d.Merger.Staleness.String(), "staleness decay f: const, poly:P, exp:D or hinge:A,B")
 	momentum := fs.String("momentum-policy", d.Merger.Momentum.String(), "optimizer momentum on merge: keep, reset or mix")
 	catchUp := fs.Float64("catch-up", d.CatchUp, "pull the model of a peer ahead by more than this many samples (0: never)")
+	trust := fs.Bool("trust", d.Trust.Enabled,
+		"gossip mode: score peers, clip their models to an adaptive radius, refuse outliers and models that hurt a holdout, ban attackers (false: merge every well-formed model)")
+	holdout := fs.Int("holdout", d.Trust.Holdout, "samples of the local shard candidate merges are validated on (with --trust)")
 	syncTimeout := fs.Duration("sync-timeout", d.SyncTimeout,
 		"sync mode: how long a round waits for a member before dropping it (must exceed the slowest member's step)")
 	maxUpload := fs.Int("max-upload", 0, "cap on bytes/s sent to peers (0: no cap)")
@@ -127,6 +130,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	cfg.Train.Network, cfg.Host.Network = *network, *network
 	cfg.Host.Listen, cfg.Host.DHTServer = listen, *dhtServer
 	cfg.AvgInterval, cfg.Merger.Alpha, cfg.CatchUp, cfg.MaxUpload = *avgInterval, *alpha, *catchUp, *maxUpload
+	cfg.Trust.Enabled, cfg.Trust.Holdout = *trust, *holdout
 	cfg.SyncTimeout = *syncTimeout
 	cfg.EvalEvery = *evalEvery
 	cfg.Announce.Interval = *announce

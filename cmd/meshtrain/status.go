@@ -184,6 +184,9 @@ func printPeers(w io.Writer, peers []node.PeerStatus, wide bool) {
 		rep := "-"
 		if p.Reputation != nil {
 			rep = decimal(*p.Reputation, 2)
+			if p.ReputationState != "" && p.ReputationState != "ok" {
+				rep += " " + p.ReputationState
+			}
 		}
 		acc := "-"
 		if p.Accuracy > 0 {

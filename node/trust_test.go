@@ -1,0 +1,227 @@
+package node
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/meshtrain/meshtrain/params"
+	"github.com/meshtrain/meshtrain/reputation"
+	"github.com/meshtrain/meshtrain/store"
+)
+
+// trustNode is an offline node with the defences armed, trained a little,
+// so merges can be driven by hand without a network.
+func trustNode(t *testing.T, st store.Store) *Node {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Dataset = DatasetSynthetic
+	cfg.Train.Model = "softmax"
+	cfg.Train.Batch = 16
+	cfg.Train.Epochs = 0
+	cfg.Train.Schedule = "const"
+	cfg.Offline = true
+	n, err := New(context.Background(), cfg, st, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trainSet, _, err := LoadData(cfg.Dataset, "", cfg.Train.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.trust, err = newTrust(cfg.Trust, cfg.Merger, cfg.Train.Batch, n.trainer, trainSet, 1); err != nil {
+		t.Fatal(err)
+	}
+	n.restoreBans()
+	for range 200 {
+		if _, err := n.trainer.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// near is our model moved by a random vector of norm d, claiming our
+// progress: what an honest, fresh peer sends.
+func near(n *Node, rng *rand.Rand, d float64) params.Snapshot {
+	s := n.trainer.Snapshot()
+	out := make([]float32, len(s.Params))
+	noise := make([]float64, len(out))
+	var sum float64
+	for i := range noise {
+		noise[i] = rng.NormFloat64()
+		sum += noise[i] * noise[i]
+	}
+	k := d / math.Sqrt(sum)
+	for i := range out {
+		out[i] = s.Params[i] + float32(k*noise[i])
+	}
+	s.Params = out
+	return s
+}
+
+func warmUp(t *testing.T, n *Node, rng *rand.Rand, honest []peer.ID) {
+	t.Helper()
+	for i := range 40 {
+		p := honest[i%len(honest)]
+		n.merge(p, near(n, rng, 0.05+0.05*rng.Float64()), false)
+	}
+	if got := n.merges.Load(); got != 40 {
+		t.Fatalf("%d of 40 honest merges applied (trust stats %+v)", got, n.TrustStats())
+	}
+}
+
+func TestTrustBansAttackersNotHonestPeers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	honest := []peer.ID{"honest-a", "honest-b", "honest-c"}
+	attacks := map[string]func(n *Node) params.Snapshot{
+		"signflip": func(n *Node) params.Snapshot {
+			s := n.trainer.Snapshot()
+			for i := range s.Params {
+				s.Params[i] = -s.Params[i]
+			}
+			return s
+		},
+		"scale": func(n *Node) params.Snapshot {
+			s := n.trainer.Snapshot()
+			for i := range s.Params {
+				s.Params[i] *= 10
+			}
+			return s
+		},
+		"noise": func(n *Node) params.Snapshot { return near(n, rng, 50) },
+		"nan": func(n *Node) params.Snapshot {
+			s := n.trainer.Snapshot()
+			s.Params[3] = float32(math.NaN())
+			return s
+		},
+	}
+	for name, attack := range attacks {
+		t.Run(name, func(t *testing.T) {
+			st := store.NewMemory()
+			defer st.Close()
+			n := trustNode(t, st)
+			warmUp(t, n, rng, honest)
+			before := n.trainer.Snapshot()
+			const attacker = peer.ID("attacker")
+			exchanges := 0
+			for n.standing(attacker) != reputation.Banned {
+				exchanges++
+				if exchanges > 20 {
+					t.Fatalf("not banned after 20 exchanges: %+v", n.trust.book.Peer(attacker.String(), time.Now()))
+				}
+				n.merge(attacker, attack(n), false)
+				// Honest peers go on meanwhile.
+				n.merge(honest[exchanges%3], near(n, rng, 0.08), true)
+			}
+			t.Logf("%s banned after %d exchanges", name, exchanges)
+			if !n.refuseConn(attacker) {
+				t.Error("the connection gate does not refuse a banned peer")
+			}
+			for _, p := range honest {
+				if s := n.standing(p); s != reputation.OK {
+					t.Errorf("honest %s is %s: %+v", p, s, n.trust.book.Peer(p.String(), time.Now()))
+				}
+			}
+			// Nothing of the attacker's reached the model: it moved only by
+			// the honest merges, each at most alpha * 0.08.
+			after := n.trainer.Snapshot()
+			var d float64
+			for i := range after.Params {
+				x := float64(after.Params[i] - before.Params[i])
+				d += x * x
+			}
+			if math.Sqrt(d) > float64(exchanges)*0.5*0.08+1e-3 {
+				t.Errorf("model moved %.3f during the attack, more than the honest merges can explain", math.Sqrt(d))
+			}
+			// The ban is persisted and survives a restart.
+			n.trust.wg.Wait()
+			rec, err := st.Peer(attacker.String())
+			if err != nil || !rec.BannedUntil.After(time.Now()) {
+				t.Fatalf("ban not persisted: %+v, %v", rec, err)
+			}
+			n2 := trustNode(t, st)
+			if n2.standing(attacker) != reputation.Banned {
+				t.Error("ban not restored after a restart")
+			}
+		})
+	}
+}
+
+func TestTrustRefusesALossJumpFromANewPeer(t *testing.T) {
+	n := trustNode(t, nil)
+	// Before any merge the radius is still warming up, so nothing is an
+	// outlier: the holdout check is what stops a garbage model from a peer
+	// on probation.
+	s := n.trainer.Snapshot()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range s.Params {
+		s.Params[i] = float32(rng.NormFloat64() * 3)
+	}
+	n.merge("stranger", s, false)
+	if n.merges.Load() != 0 {
+		t.Fatal("a model that ruins the holdout loss was merged")
+	}
+	if got := n.TrustStats().Refused["loss_jump"]; got != 1 {
+		t.Fatalf("loss_jump refusals %d, want 1", got)
+	}
+	if c := n.trust.book.Peer(peer.ID("stranger").String(), time.Now()).Counts["loss_jump"]; c != 1 {
+		t.Fatalf("verdict not recorded: %d", c)
+	}
+}
+
+func TestTrustClampsClaimedProgress(t *testing.T) {
+	n := trustNode(t, nil)
+	own := n.trainer.Stats().Progress
+	s := near(n, rand.New(rand.NewPCG(5, 6)), 0.01)
+	s.Progress = 1e15
+	n.merge("boaster", s, false)
+	if n.merges.Load() != 1 {
+		t.Fatalf("merge refused: %+v", n.TrustStats())
+	}
+	got := float64(n.trainer.Stats().Progress)
+	if limit := float64(own) + n.cfg.CatchUp; got > limit {
+		t.Fatalf("progress %v after merging an inflated claim; at most %v", got, limit)
+	}
+}
+
+func TestTrustIgnoredPeerNotMerged(t *testing.T) {
+	n := trustNode(t, nil)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 3 {
+		n.verdict("shady", reputation.Outlier)
+	}
+	if s := n.standing("shady"); s != reputation.Ignored {
+		t.Fatalf("standing %s after 3 outliers, want ignored", s)
+	}
+	n.merge("shady", near(n, rng, 0.01), false)
+	if n.merges.Load() != 0 || n.TrustStats().Refused["ignored"] != 1 {
+		t.Fatalf("merged a model from an ignored peer: %+v", n.TrustStats())
+	}
+}
+
+func TestTrustConfigValidate(t *testing.T) {
+	c := DefaultTrustConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c.Holdout, c.ValidateEvery, c.LossTolerance = 1, 0, math.NaN()
+	c.Reputation.BanBelow = 5
+	err := c.Validate()
+	for _, want := range []string{"holdout", "validate-every", "loss tolerance", "BanBelow"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+	c = DefaultTrustConfig()
+	c.Enabled = false
+	c.Holdout = -1
+	if err := c.Validate(); err != nil {
+		t.Errorf("disabled trust config validated its fields: %v", err)
+	}
+}
