@@ -22,6 +22,7 @@ type collector struct {
 	peers, loss, accuracy, samplesPerSec, busyFraction, busySeconds, networkWait *prometheus.Desc
 	progress, epoch, uptime, ckptStep, ckptTime, mergeStaleness, mergeWeight     *prometheus.Desc
 	buildInfo, nodeInfo                                                          *prometheus.Desc
+	mergesRefused, mergesClipped, mergesValidated, peersBanned, clipRadius       *prometheus.Desc
 }
 
 func newCollector(src Source, log *slog.Logger) *collector {
@@ -30,35 +31,40 @@ func newCollector(src Source, log *slog.Logger) *collector {
 	}
 	return &collector{
 		src: src, log: log,
-		steps:          d("steps_total", "Local optimizer steps taken (restored from the checkpoint on resume)."),
-		samples:        d("samples_total", "Training samples processed by local steps."),
-		merges:         d("merges_total", "Merges of a peer's model into this one, both directions."),
-		catchUps:       d("catch_ups_total", "Times this node replaced its model with a far-ahead peer's."),
-		exchFailed:     d("exchanges_failed_total", "Exchanges this node started that failed."),
-		timeouts:       d("exchange_timeouts_total", "Exchanges this node started that timed out."),
-		inDropped:      d("inbound_dropped_total", "Models received from peers dropped because the merge queue was full."),
-		rejected:       d("rejected_inputs_total", "Inputs from peers refused, by reason.", "reason"),
-		bytesSent:      d("bytes_sent_total", "Bytes sent on parameter-exchange streams, headers included."),
-		bytesReceived:  d("bytes_received_total", "Bytes received on parameter-exchange streams, headers included."),
-		exchanges:      d("exchanges_total", "Completed parameter transfers by kind (exchange or pull) and direction (outbound: this node asked; inbound: a peer asked).", "kind", "direction"),
-		refused:        d("refused_by_peer_total", "Requests of this node that a peer refused (busy, unavailable or rejected)."),
-		announces:      d("announcements_total", "Announcements published (sent) and accepted from peers (received).", "direction"),
-		peers:          d("peers", "Fresh peers training the same model in a merging mode."),
-		loss:           d("loss", "Training loss (moving average over recent steps)."),
-		accuracy:       d("test_accuracy", "Accuracy of the latest evaluated snapshot on the test set, as a ratio in [0,1]."),
-		samplesPerSec:  d("samples_per_second", "Training throughput in samples per second."),
-		busyFraction:   d("busy_fraction", "Share of wall time the trainer spent stepping, in [0,1]."),
-		busySeconds:    d("busy_seconds_total", "Wall time the trainer spent stepping."),
-		networkWait:    d("network_wait_seconds_total", "Wall time the trainer loop waited on the network."),
-		progress:       d("progress_samples", "Progress of the model: the training samples it embodies (falls when a merge mixes in an older model)."),
-		epoch:          d("epoch", "Current pass over the local shard."),
-		uptime:         d("uptime_seconds", "Wall time since the node started."),
-		ckptStep:       d("checkpoint_step", "Step of the latest checkpoint written by this process."),
-		ckptTime:       d("checkpoint_timestamp_seconds", "Unix time of the latest checkpoint written by this process."),
-		mergeStaleness: d("last_merge_staleness_steps", "Staleness of the model in the latest merge, in this node's steps."),
-		mergeWeight:    d("last_merge_weight", "Weight given to the remote model in the latest merge."),
-		buildInfo:      d("build_info", "Always 1; labels name the build.", "version", "goversion"),
-		nodeInfo:       d("node_info", "Always 1; labels name the node and what it trains.", "peer_id", "network", "mode", "profile", "fingerprint"),
+		steps:           d("steps_total", "Local optimizer steps taken (restored from the checkpoint on resume)."),
+		samples:         d("samples_total", "Training samples processed by local steps."),
+		merges:          d("merges_total", "Merges of a peer's model into this one, both directions."),
+		catchUps:        d("catch_ups_total", "Times this node replaced its model with a far-ahead peer's."),
+		exchFailed:      d("exchanges_failed_total", "Exchanges this node started that failed."),
+		timeouts:        d("exchange_timeouts_total", "Exchanges this node started that timed out."),
+		inDropped:       d("inbound_dropped_total", "Models received from peers dropped because the merge queue was full."),
+		rejected:        d("rejected_inputs_total", "Inputs from peers refused, by reason.", "reason"),
+		bytesSent:       d("bytes_sent_total", "Bytes sent on parameter-exchange streams, headers included."),
+		bytesReceived:   d("bytes_received_total", "Bytes received on parameter-exchange streams, headers included."),
+		exchanges:       d("exchanges_total", "Completed parameter transfers by kind (exchange or pull) and direction (outbound: this node asked; inbound: a peer asked).", "kind", "direction"),
+		refused:         d("refused_by_peer_total", "Requests of this node that a peer refused (busy, unavailable or rejected)."),
+		announces:       d("announcements_total", "Announcements published (sent) and accepted from peers (received).", "direction"),
+		peers:           d("peers", "Fresh peers training the same model in a merging mode."),
+		loss:            d("loss", "Training loss (moving average over recent steps)."),
+		accuracy:        d("test_accuracy", "Accuracy of the latest evaluated snapshot on the test set, as a ratio in [0,1]."),
+		samplesPerSec:   d("samples_per_second", "Training throughput in samples per second."),
+		busyFraction:    d("busy_fraction", "Share of wall time the trainer spent stepping, in [0,1]."),
+		busySeconds:     d("busy_seconds_total", "Wall time the trainer spent stepping."),
+		networkWait:     d("network_wait_seconds_total", "Wall time the trainer loop waited on the network."),
+		progress:        d("progress_samples", "Progress of the model: the training samples it embodies (falls when a merge mixes in an older model)."),
+		epoch:           d("epoch", "Current pass over the local shard."),
+		uptime:          d("uptime_seconds", "Wall time since the node started."),
+		ckptStep:        d("checkpoint_step", "Step of the latest checkpoint written by this process."),
+		ckptTime:        d("checkpoint_timestamp_seconds", "Unix time of the latest checkpoint written by this process."),
+		mergeStaleness:  d("last_merge_staleness_steps", "Staleness of the model in the latest merge, in this node's steps."),
+		mergeWeight:     d("last_merge_weight", "Weight given to the remote model in the latest merge."),
+		mergesRefused:   d("merges_refused_total", "Peer models refused by the trust checks, by reason (outlier, loss_jump, non_finite, ignored).", "reason"),
+		mergesClipped:   d("merges_clipped_total", "Merges applied after clipping the remote model to the radius."),
+		mergesValidated: d("merges_validated_total", "Candidate merges checked on the holdout."),
+		peersBanned:     d("peers_banned", "Peers banned now."),
+		clipRadius:      d("clip_radius", "Current clipping radius around this node's model (0 while warming up)."),
+		buildInfo:       d("build_info", "Always 1; labels name the build.", "version", "goversion"),
+		nodeInfo:        d("node_info", "Always 1; labels name the node and what it trains.", "peer_id", "network", "mode", "profile", "fingerprint"),
 	}
 }
 
@@ -69,6 +75,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.peers, c.loss, c.accuracy, c.samplesPerSec, c.busyFraction, c.busySeconds, c.networkWait,
 		c.progress, c.epoch, c.uptime, c.ckptStep, c.ckptTime, c.mergeStaleness, c.mergeWeight,
 		c.buildInfo, c.nodeInfo,
+		c.mergesRefused, c.mergesClipped, c.mergesValidated, c.peersBanned, c.clipRadius,
 	} {
 		ch <- d
 	}
@@ -125,6 +132,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.announces, float64(g.AnnouncesSent), "sent")
 	counter(c.announces, float64(g.AnnouncesSeen), "received")
 
+	if tr := st.Trust; tr.Enabled {
+		for _, r := range []string{"ignored", "loss_jump", "non_finite", "outlier"} {
+			counter(c.mergesRefused, float64(tr.Refused[r]), r)
+		}
+		counter(c.mergesClipped, float64(tr.Clipped))
+		counter(c.mergesValidated, float64(tr.Validated))
+		gauge(c.peersBanned, float64(tr.Banned))
+		gauge(c.clipRadius, tr.Radius)
+	}
 	gauge(c.peers, float64(st.Peers))
 	gauge(c.loss, st.Loss)
 	gauge(c.accuracy, st.TestAccuracy)
