@@ -248,9 +248,12 @@ func TestReplay(t *testing.T) {
 
 // hostileConfig is a gossip node on the local profile training softmax
 // regression on the synthetic set, at an emulated 2 ms a step (mostly
-// sleep), announcing every 200 ms so peers find each other at once.
+// sleep), announcing every 200 ms so peers find each other at once. Its
+// defences are off: these tests are about what an attacker sends, which a
+// victim that cuts it off after the first refusals would hide.
 func hostileConfig(network string) Config {
 	c := DefaultConfig()
+	c.Trust.Enabled = false
 	c.Dataset = DatasetSynthetic
 	c.Train.Model = "softmax"
 	c.Train.Batch = 16
@@ -276,9 +279,7 @@ func hostileConfig(network string) Config {
 // hostilePair starts an honest node that does not run (it serves,
 // announces and hands what it receives to its inbound queue, where the
 // test reads it, but never trains or merges) and a running attacker
-// joined to it. Both stop when the test ends. The tests look only at what
-// reaches the honest node, never at its view of the attacker, which its
-// defences may change at any moment.
+// joined to it. Both stop when the test ends.
 func hostilePair(t *testing.T, adv Adversary) (honest, attacker *Node) {
 	t.Helper()
 	before := goleak.IgnoreCurrent()
@@ -389,9 +390,8 @@ func TestHostileNodeSendsAttackedModels(t *testing.T) {
 
 // TestHostileNodeRefused: the honest side refuses the models a nan or
 // wrongdim node sends, under the reason its reputation hears, and takes
-// none of them; a flood shows as flood and busy refusals. (What the
-// attacker serves is checked at the gossip level: once refused, the honest
-// node may no longer talk to it at all.)
+// none of them; a flood shows as flood and busy refusals. (What a nan or
+// wrongdim node serves is checked at the gossip level.)
 func TestHostileNodeRefused(t *testing.T) {
 	for _, tc := range []struct {
 		adv     Adversary
