@@ -639,8 +639,11 @@ loop:
 				lastLine = time.Now()
 				var r AttackRun
 				track.outcome(&r, honest)
-				fmt.Fprintf(c.Progress, "  %5.1fs: attackers banned in %d/%d pairs, honest nodes banned %d\n",
-					time.Since(t0).Seconds(), r.BannedPairs, len(r.Pairs), len(r.HonestBans))
+				line := fmt.Sprintf("  %5.1fs: ", time.Since(t0).Seconds())
+				if attackers > 0 {
+					line += fmt.Sprintf("attackers banned in %d/%d pairs, ", r.BannedPairs, len(r.Pairs))
+				}
+				fmt.Fprintf(c.Progress, "%shonest nodes banned %d\n", line, len(r.HonestBans))
 			}
 		}
 	}
