@@ -200,6 +200,12 @@ func printPeers(w io.Writer, peers []node.PeerStatus, wide bool) {
 		if p.Connected {
 			conn = "yes"
 		}
+		if p.Mode == "" {
+			// Listed for its reputation only (a banned peer no longer
+			// announces): there are no figures to show.
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%d\t%s\t%s\n", id, p.Merges, rep, conn)
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s ago\t%d\t%s\t%s\n", id, p.Mode, count(float64(p.Step)),
 			count(p.Progress), decimal(p.Staleness, 1), decimal(p.Loss, 4), acc, count(p.SamplesPerSec), rtt,
 			secs(p.LastSeenS), p.Merges, rep, conn)

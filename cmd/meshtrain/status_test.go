@@ -105,12 +105,13 @@ func TestPeersTable(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !strings.Contains(lines[0], "STALENESS") {
-		t.Fatalf("want a header and two rows:\n%s", out)
+	if len(lines) != 4 || !strings.Contains(lines[0], "STALENESS") {
+		t.Fatalf("want a header and three rows:\n%s", out)
 	}
 	for i, want := range [][]string{
 		{"…tKm5XXP8mA", "gossip", "1,100", "70,400", "133.0", "90.50%", "0.75", "yes", "30"},
 		{"…1Nft9HyQ6X", "local", "600", "634.0", "85.00%", "  -  ", "no", "27"},
+		{"…4wxn6kQgE7", "-45.00 banned", "no"},
 	} {
 		for _, w := range want {
 			if !strings.Contains(lines[i+1], w) {
