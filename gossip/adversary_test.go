@@ -157,15 +157,15 @@ func TestHostileFramesOverLoopback(t *testing.T) {
 		dtype  DType
 		reason Reason
 		// served: the attacker's frame also reaches an honest initiator
-		// (pull, or the second half of an exchange). A resized model
-		// cannot: the attacker's service refuses a request for the honest
-		// size before it answers, as any peer with another shape would.
+		// (pull, or the second half of an exchange): a hostile service
+		// answers even a request for another size, so the honest side
+		// refuses (and counts) the frame.
 		served bool
 	}{
 		{"nan", NaNTamper(0.01, 1), FP32, ReasonNonFinite, true},
 		{"nan fp16", NaNTamper(0.01, 2), FP16, ReasonNonFinite, true},
-		{"wrongdim +1", ResizeTamper(1), FP32, ReasonSizeMismatch, false},
-		{"wrongdim -1", ResizeTamper(-1), FP32, ReasonSizeMismatch, false},
+		{"wrongdim +1", ResizeTamper(1), FP32, ReasonSizeMismatch, true},
+		{"wrongdim -1", ResizeTamper(-1), FP32, ReasonSizeMismatch, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkLeaks(t)

@@ -552,7 +552,9 @@ func (s *Service) admit(p peer.ID, q Request) (*Frame, Response, error) {
 		s.release(p)
 		return nil, Response{Status: StatusUnavailable}, nil
 	}
-	if q.Elements != 0 && q.Elements != local.Header.Elements {
+	// A hostile test peer (Tamper set) answers anyway, as a real attacker
+	// would, so the honest side is the one that refuses the frame.
+	if q.Elements != 0 && q.Elements != local.Header.Elements && s.cfg.Tamper == nil {
 		s.release(p)
 		return nil, Response{Status: StatusRejected, Reason: ReasonSizeMismatch},
 			fmt.Errorf("%w: request for %d elements, we have %d", ErrSizeMismatch, q.Elements, local.Header.Elements)
@@ -573,7 +575,11 @@ func (s *Service) serve(x *streamIO, st network.Stream, q Request, local *Frame,
 		if err := x.respond(Response{Status: StatusOK}); err != nil {
 			return params.Snapshot{}, false, err
 		}
-		remote, err = s.reader(x, int(local.Header.Elements)).ReadFrame(x)
+		want := int(local.Header.Elements)
+		if s.cfg.Tamper != nil && s.cfg.Elements != 0 {
+			want = s.cfg.Elements // a hostile peer still reads honest frames
+		}
+		remote, err = s.reader(x, want).ReadFrame(x)
 		if err != nil {
 			// A frame that arrived whole but is bad gets an answer: the
 			// peer has finished writing and waits for one. Anything else

@@ -46,19 +46,24 @@ type TrustConfig struct {
 	// LossSlack (absolute). Generous on purpose: an honest peer trained on
 	// other labels may raise our loss a little; an attack raises it a lot.
 	LossTolerance, LossSlack float64
+	// PlausibleFactor: a model that must be clipped (it lies beyond the
+	// radius) is refused when its own holdout loss exceeds this many times
+	// ours plus LossSlack.
+	PlausibleFactor float64
 }
 
 // DefaultTrustConfig is on, with the packages' defaults.
 func DefaultTrustConfig() TrustConfig {
 	return TrustConfig{
-		Enabled:       true,
-		Reputation:    reputation.DefaultParams(),
-		Radius:        averaging.DefaultRadiusConfig(),
-		Holdout:       256,
-		Probation:     5,
-		ValidateEvery: 16,
-		LossTolerance: 0.5,
-		LossSlack:     0.05,
+		Enabled:         true,
+		Reputation:      reputation.DefaultParams(),
+		Radius:          averaging.DefaultRadiusConfig(),
+		Holdout:         256,
+		Probation:       5,
+		ValidateEvery:   16,
+		LossTolerance:   0.5,
+		LossSlack:       0.05,
+		PlausibleFactor: 3,
 	}
 }
 
@@ -82,6 +87,9 @@ func (c TrustConfig) Validate() error {
 	}
 	if c.ValidateEvery < 1 {
 		errs = append(errs, fmt.Errorf("validate-every %d: must be >= 1", c.ValidateEvery))
+	}
+	if !(c.PlausibleFactor >= 1 && c.PlausibleFactor < math.Inf(1)) {
+		errs = append(errs, fmt.Errorf("plausible factor %v: must be finite and >= 1", c.PlausibleFactor))
 	}
 	if !(c.LossTolerance >= 0 && c.LossTolerance < math.Inf(1)) || !(c.LossSlack >= 0 && c.LossSlack < math.Inf(1)) {
 		errs = append(errs, fmt.Errorf("loss tolerance %v + %v: must be finite and >= 0", c.LossTolerance, c.LossSlack))
@@ -301,7 +309,20 @@ func (n *Node) vet(from peer.ID, remote *params.Snapshot) (ok, clipped bool) {
 		t.refusedIgnored.Add(1)
 		return false, false
 	}
+	ownLoss := math.NaN() // computed once, if a check needs it
 	if v.Clip < 1 {
+		// Far from us: before it is clipped (which alone would let a
+		// model pointing the wrong way pull us a little every time), the
+		// model itself must be plausible: an honest peer's model, however
+		// different its data, scores on our holdout within a few times
+		// our own loss; a sign-flipped one does not.
+		t.validated.Add(1)
+		var ok bool
+		if ok, ownLoss = n.plausible(own.Params, remote.Params); !ok {
+			t.refusedLoss.Add(1)
+			n.verdict(from, reputation.LossJump)
+			return false, false
+		}
 		if _, err := averaging.ClipDelta(remote.Params, own.Params, remote.Params, v.Radius); err != nil {
 			return false, false
 		}
@@ -309,7 +330,7 @@ func (n *Node) vet(from peer.ID, remote *params.Snapshot) (ok, clipped bool) {
 	}
 	if t.accepted[from] < int64(t.cfg.Probation) || clipped || t.rng.IntN(t.cfg.ValidateEvery) == 0 {
 		t.validated.Add(1)
-		if !n.validate(own, *remote) {
+		if !n.validate(own, *remote, ownLoss) {
 			t.refusedLoss.Add(1)
 			n.verdict(from, reputation.LossJump)
 			return false, clipped
@@ -323,9 +344,22 @@ func (n *Node) vet(from peer.ID, remote *params.Snapshot) (ok, clipped bool) {
 	return true, clipped
 }
 
-// validate compares the holdout loss of our model with that of the
-// candidate merge.
-func (n *Node) validate(own, remote params.Snapshot) bool {
+// plausible compares the holdout loss of a remote model with ours: it
+// passes within PlausibleFactor times ours plus LossSlack. It returns our
+// loss for reuse.
+func (n *Node) plausible(own, remote []float32) (bool, float64) {
+	t := n.trust
+	before, err1 := train.Evaluate(t.model, own, t.holdout, 0, 1)
+	theirs, err2 := train.Evaluate(t.model, remote, t.holdout, 0, 1)
+	if err1 != nil || err2 != nil {
+		return false, math.NaN()
+	}
+	return theirs.Loss <= before.Loss*t.cfg.PlausibleFactor+t.cfg.LossSlack, before.Loss
+}
+
+// validate compares the holdout loss of our model (ownLoss, or NaN to
+// compute it) with that of the candidate merge.
+func (n *Node) validate(own, remote params.Snapshot, ownLoss float64) bool {
 	t := n.trust
 	s, err := averaging.StalenessSteps(own.Progress, remote.Progress, t.batch)
 	if err != nil {
@@ -339,12 +373,18 @@ func (n *Node) validate(own, remote params.Snapshot) bool {
 	if err := averaging.Mix(t.cand, remote.Params, a); err != nil {
 		return false
 	}
-	before, err1 := train.Evaluate(t.model, own.Params, t.holdout, 0, 1)
-	after, err2 := train.Evaluate(t.model, t.cand, t.holdout, 0, 1)
-	if err1 != nil || err2 != nil {
+	if math.IsNaN(ownLoss) {
+		before, err := train.Evaluate(t.model, own.Params, t.holdout, 0, 1)
+		if err != nil {
+			return false
+		}
+		ownLoss = before.Loss
+	}
+	after, err := train.Evaluate(t.model, t.cand, t.holdout, 0, 1)
+	if err != nil {
 		return false
 	}
-	return after.Loss <= before.Loss*(1+t.cfg.LossTolerance)+t.cfg.LossSlack
+	return after.Loss <= ownLoss*(1+t.cfg.LossTolerance)+t.cfg.LossSlack
 }
 
 // accept records a merge that was applied.

@@ -225,3 +225,35 @@ func TestTrustConfigValidate(t *testing.T) {
 		t.Errorf("disabled trust config validated its fields: %v", err)
 	}
 }
+
+// TestTrustRefusesAnImplausibleClippedModel: where honest peers are spread
+// widely, a sign-flipped model is no outlier, only clipped; clipping alone
+// would let it pull us the wrong way a little every time. Its own holdout
+// loss gives it away.
+func TestTrustRefusesAnImplausibleClippedModel(t *testing.T) {
+	n := trustNode(t, nil)
+	own := n.trainer.Snapshot()
+	var ss float64
+	for _, x := range own.Params {
+		ss += float64(x) * float64(x)
+	}
+	w := math.Sqrt(ss)
+	// Recent honest merges 0.5 ||w|| away: -w (2 ||w|| away) lies beyond
+	// the radius (1 ||w||) and within the outlier bound (3 ||w||).
+	for range 64 {
+		n.trust.radius.Observe(0.5 * w)
+	}
+	flip := own
+	flip.Params = make([]float32, len(own.Params))
+	for i, x := range own.Params {
+		flip.Params[i] = -x
+	}
+	n.merge("flipper", flip, false)
+	if n.merges.Load() != 0 {
+		t.Fatalf("a sign-flipped model was merged (trust %+v)", n.TrustStats())
+	}
+	cnt := n.trust.book.Peer(peer.ID("flipper").String(), time.Now()).Counts
+	if cnt["loss_jump"] != 1 || cnt["outlier"] != 0 {
+		t.Fatalf("verdicts %v, want one loss_jump (refused as implausible, not as an outlier)", cnt)
+	}
+}
