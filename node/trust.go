@@ -305,10 +305,6 @@ func (n *Node) vet(from peer.ID, remote *params.Snapshot) (ok, clipped bool) {
 		n.log.Debug("merge refused: outlier", "peer", from, "distance", v.Distance, "median", t.radius.Median())
 		return false, false
 	}
-	if st != reputation.OK {
-		t.refusedIgnored.Add(1)
-		return false, false
-	}
 	ownLoss := math.NaN() // computed once, if a check needs it
 	if v.Clip < 1 {
 		// Far from us: before it is clipped (which alone would let a
@@ -323,10 +319,16 @@ func (n *Node) vet(from peer.ID, remote *params.Snapshot) (ok, clipped bool) {
 			n.verdict(from, reputation.LossJump)
 			return false, false
 		}
-		if _, err := averaging.ClipDelta(remote.Params, own.Params, remote.Params, v.Radius); err != nil {
-			return false, false
+		if st == reputation.OK {
+			if _, err := averaging.ClipDelta(remote.Params, own.Params, remote.Params, v.Radius); err != nil {
+				return false, false
+			}
+			clipped = true
 		}
-		clipped = true
+	}
+	if st != reputation.OK {
+		t.refusedIgnored.Add(1)
+		return false, false
 	}
 	if t.accepted[from] < int64(t.cfg.Probation) || clipped || t.rng.IntN(t.cfg.ValidateEvery) == 0 {
 		t.validated.Add(1)
