@@ -52,18 +52,29 @@ type TrustConfig struct {
 	PlausibleFactor float64
 }
 
-// DefaultTrustConfig is on, with the packages' defaults.
+// DefaultTrustConfig is on, tuned so that honest peers with label-skewed
+// data and slow, stale models are clipped rather than punished: only a
+// model 20 median distances away is an outlier (sign-flipped, scaled and
+// noise models lie far beyond that), an implausible model
+// costs little (-2: the holdout is a sample of our own shard, so a peer
+// trained on other labels scores worse on it), and a far
+// model is implausible only at 10x our loss. A candidate merge that triples
+// our holdout loss is refused, without a verdict.
 func DefaultTrustConfig() TrustConfig {
+	rep := reputation.DefaultParams()
+	rep.Weights[reputation.LossJump] = -2
+	rad := averaging.DefaultRadiusConfig()
+	rad.OutlierScale = 20
 	return TrustConfig{
 		Enabled:         true,
-		Reputation:      reputation.DefaultParams(),
-		Radius:          averaging.DefaultRadiusConfig(),
+		Reputation:      rep,
+		Radius:          rad,
 		Holdout:         256,
 		Probation:       5,
 		ValidateEvery:   16,
-		LossTolerance:   0.5,
+		LossTolerance:   2,
 		LossSlack:       0.05,
-		PlausibleFactor: 3,
+		PlausibleFactor: 10,
 	}
 }
 
@@ -333,8 +344,11 @@ func (n *Node) vet(from peer.ID, remote *params.Snapshot) (ok, clipped bool) {
 	if t.accepted[from] < int64(t.cfg.Probation) || clipped || t.rng.IntN(t.cfg.ValidateEvery) == 0 {
 		t.validated.Add(1)
 		if !n.validate(own, *remote, ownLoss) {
+			// Refused, but not held against the peer: the holdout is a
+			// sample of our own shard, so an honest peer trained on other
+			// labels can fail this too. Only the gross checks (outlier,
+			// implausible, non-finite) are evidence.
 			t.refusedLoss.Add(1)
-			n.verdict(from, reputation.LossJump)
 			return false, clipped
 		}
 	}

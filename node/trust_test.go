@@ -170,8 +170,10 @@ func TestTrustRefusesALossJumpFromANewPeer(t *testing.T) {
 	if got := n.TrustStats().Refused["loss_jump"]; got != 1 {
 		t.Fatalf("loss_jump refusals %d, want 1", got)
 	}
-	if c := n.trust.book.Peer(peer.ID("stranger").String(), time.Now()).Counts["loss_jump"]; c != 1 {
-		t.Fatalf("verdict not recorded: %d", c)
+	// Refused, but not held against it: an honest peer with other labels
+	// can fail a check on our own shard's holdout too.
+	if c := n.trust.book.Peer(peer.ID("stranger").String(), time.Now()).Counts["loss_jump"]; c != 0 {
+		t.Fatalf("a failed holdout check of a blend counted against the peer: %d", c)
 	}
 }
 
