@@ -437,7 +437,9 @@ func (n *Node) vetCatchUp(from peer.ID, remote params.Snapshot) bool {
 	own := n.trainer.SnapshotInto(t.local)
 	before, err1 := train.Evaluate(t.model, own.Params, t.holdout, 0, 1)
 	after, err2 := train.Evaluate(t.model, remote.Params, t.holdout, 0, 1)
-	if err1 != nil || err2 != nil || after.Loss > before.Loss*(1+t.cfg.LossTolerance)+t.cfg.LossSlack {
+	// Stricter than a blend: a model that claims to be far ahead of ours
+	// and replaces it whole must be no worse on our holdout (+LossSlack).
+	if err1 != nil || err2 != nil || after.Loss > before.Loss+t.cfg.LossSlack {
 		n.verdict(from, reputation.LossJump)
 		return false
 	}

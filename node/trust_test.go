@@ -259,3 +259,24 @@ func TestTrustRefusesAnImplausibleClippedModel(t *testing.T) {
 		t.Fatalf("verdicts %v, want one loss_jump (refused as implausible, not as an outlier)", cnt)
 	}
 }
+
+func TestTrustCatchUpNeedsABetterModel(t *testing.T) {
+	n := trustNode(t, nil)
+	good := n.trainer.Snapshot()
+	if !n.vetCatchUp("ahead", good) {
+		t.Fatal("a model as good as ours was refused for catch-up")
+	}
+	bad := good
+	bad.Params = make([]float32, len(good.Params))
+	rng := rand.New(rand.NewPCG(11, 12))
+	for i := range bad.Params {
+		bad.Params[i] = float32(rng.NormFloat64() * 3)
+	}
+	if n.vetCatchUp("liar", bad) {
+		t.Fatal("a garbage model claiming to be far ahead would replace ours")
+	}
+	bad.Params[0] = float32(math.NaN())
+	if n.vetCatchUp("nan", bad) || n.trust.book.Peer(peer.ID("nan").String(), time.Now()).Counts["non_finite"] != 1 {
+		t.Fatal("a non-finite catch-up model was not refused and counted")
+	}
+}
