@@ -130,6 +130,7 @@ func TestOpenAPIMatchesResponses(t *testing.T) {
 		"MergeInfo":      status["last_merge"].(map[string]any),
 		"GossipStats":    status["gossip"].(map[string]any),
 		"TrustStats":     status["trust"].(map[string]any),
+		"RunStatus":      status["run"].(map[string]any),
 		"PeerStatus":     object("/v1/peers", "peers", "0"),
 		"Point":          object("/v1/history", "points", "0"),
 		"CheckpointInfo": object("/v1/checkpoints", "checkpoints", "0"),
@@ -163,4 +164,4 @@ func TestOpenAPIMatchesResponses(t *testing.T) {
 
 // optionalFields are declared in the spec but present only in some
 // responses (a peer's banned_until only while it is banned).
-var optionalFields = map[string]bool{"PeerStatus.banned_until": true}
+var optionalFields = map[string]bool{"PeerStatus.banned_until": true, "Status.alone": true}

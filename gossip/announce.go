@@ -51,6 +51,12 @@ type Announcement struct {
 	// Accuracy is the latest evaluated accuracy in [0, 1], 0 if not known.
 	Accuracy      float64 `json:"accuracy"`
 	SamplesPerSec float64 `json:"samples_per_s"`
+	// Samples is how many training samples the peer has processed in this
+	// run, and RunSamples its estimate of the run clock: every node's
+	// samples added up (see node's run clock). 0 from peers that do not
+	// count them.
+	Samples    float64 `json:"samples,omitempty"`
+	RunSamples float64 `json:"run_samples,omitempty"`
 	// Addrs are listen multiaddrs, at most 16.
 	Addrs []string `json:"addrs"`
 	// Mode is the node's averaging mode ("gossip", "sync", "local"); any
@@ -82,6 +88,8 @@ func (a Announcement) Validate() error {
 		return fmt.Errorf("%w: accuracy %v", ErrMalformed, a.Accuracy)
 	case !finite(a.SamplesPerSec) || a.SamplesPerSec < 0:
 		return fmt.Errorf("%w: samples/s %v", ErrMalformed, a.SamplesPerSec)
+	case !finite(a.Samples) || a.Samples < 0 || !finite(a.RunSamples) || a.RunSamples < 0:
+		return fmt.Errorf("%w: samples %v, run samples %v", ErrMalformed, a.Samples, a.RunSamples)
 	case len(a.Addrs) > maxAnnounceAddrs:
 		return fmt.Errorf("%w: %d addresses", ErrMalformed, len(a.Addrs))
 	case !modePattern.MatchString(a.Mode):

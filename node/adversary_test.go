@@ -257,7 +257,7 @@ func hostileConfig(network string) Config {
 	c.Dataset = DatasetSynthetic
 	c.Train.Model = "softmax"
 	c.Train.Batch = 16
-	c.Train.Epochs = 0
+	c.Epochs = 0
 	c.Train.LR = 0.05
 	c.Train.Schedule = "const"
 	c.Train.Seed = 7

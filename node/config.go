@@ -86,7 +86,17 @@ type Config struct {
 	ReportEvery time.Duration
 	// Fresh ignores existing checkpoints and starts over.
 	Fresh bool
-	// Stop conditions besides the configured epochs; zero disables each.
+
+	// Epochs is the run's length, in passes over the whole training set
+	// counted on the run clock: every node's samples added up (see
+	// runclock.go). A swarm of N nodes thus ends a run about N times
+	// sooner than one node, every node ends it at about the same moment,
+	// and the learning-rate schedule spans it. It is part of the model
+	// fingerprint, with the schedule: peers must agree on it. 0 means no
+	// end (a cosine schedule then needs a total). Train.Epochs must be 0:
+	// a node's run belongs to the swarm, not to its shard.
+	Epochs float64
+	// Stop conditions besides the run's end, per node; zero disables each.
 	UntilAccuracy float64
 	MaxSteps      int64
 	Duration      time.Duration
@@ -97,26 +107,62 @@ type Config struct {
 	Adversary Adversary
 }
 
+// The defaults of a mesh node, as measured on the reference profile (MNIST,
+// 4 nodes at slowdowns 2,2,4,8 on 2 cores; docs/benchmarks.md): `meshtrain
+// bench` runs gossip with exactly these unless told otherwise.
+const (
+	// DefaultEpochs is the default run: passes over MNIST's 60,000 training
+	// samples by the whole swarm, about a minute for `meshtrain testnet up`
+	// on 2 cores.
+	DefaultEpochs = 40
+	// DefaultAvgInterval is the wall time between the merges a node starts.
+	DefaultAvgInterval = 50 * time.Millisecond
+	// DefaultAnnounceInterval is the wall time between announcements.
+	DefaultAnnounceInterval = time.Second
+	// DefaultLR is the base learning rate of a node (batch 64).
+	DefaultLR = 0.1
+)
+
 // DefaultConfig is a gossip node on the local profile training the default
-// MLP on MNIST.
+// MLP on MNIST, with the settings the benchmark measured (see the
+// constants above).
 func DefaultConfig() Config {
+	tc := train.DefaultConfig()
+	tc.Epochs = 0
+	tc.LR = DefaultLR
+	ex := gossip.DefaultConfig()
+	ex.SendDType = gossip.FP16
+	ac := gossip.DefaultAnnounceConfig()
+	ac.Interval, ac.FreshWindow, ac.MaxAge = DefaultAnnounceInterval, 3*DefaultAnnounceInterval, 3*DefaultAnnounceInterval
 	return Config{
-		Train:           train.DefaultConfig(),
+		Train:           tc,
 		Dataset:         DatasetMNIST,
 		Mode:            ModeGossip,
 		Host:            HostConfig{Profile: ProfileLocal, Network: "main"},
-		Exchange:        gossip.DefaultConfig(),
-		Announce:        gossip.DefaultAnnounceConfig(),
-		AvgInterval:     time.Second,
+		Exchange:        ex,
+		Announce:        ac,
+		AvgInterval:     DefaultAvgInterval,
 		ExchangeTimeout: 30 * time.Second,
 		Merger:          averaging.DefaultMerger(),
 		CatchUp:         60000,
 		Trust:           DefaultTrustConfig(),
 		SyncTimeout:     10 * time.Second,
 		CheckpointEvery: 30 * time.Second,
-		EvalEvery:       0,
+		EvalEvery:       10 * time.Second,
 		ReportEvery:     2 * time.Second,
+		Epochs:          DefaultEpochs,
 	}
+}
+
+// OfflineConfig is `meshtrain train`: one process, no network, the
+// trainer's own defaults (3 epochs of MNIST reach about 98%), and a
+// test-set evaluation at every epoch end.
+func OfflineConfig() Config {
+	c := DefaultConfig()
+	c.Offline = true
+	d := train.DefaultConfig()
+	c.Epochs, c.Train.LR, c.EvalEvery = float64(d.Epochs), d.LR, 0
+	return c
 }
 
 // ErrBadConfig is wrapped by every Validate error.
@@ -152,7 +198,19 @@ func (c Config) Validate() error {
 			errs = append(errs, configError{e})
 		}
 	}
-	sub("", c.Train.Validate())
+	// The trainer's schedule spans the run, which the node sets (RunSamples)
+	// once the dataset is loaded; a stand-in lets Validate check the rest.
+	tc := c.Train
+	if tc.RunSamples == 0 && c.Epochs > 0 {
+		tc.RunSamples = c.Epochs
+	}
+	sub("", tc.Validate())
+	if c.Train.Epochs != 0 {
+		bad("train epochs %d: must be 0 (a node's run length is Config.Epochs, counted over the swarm)", c.Train.Epochs)
+	}
+	if !(c.Epochs >= 0 && c.Epochs <= 1e6) {
+		bad("epochs %v not in [0,1000000]", c.Epochs)
+	}
 	if _, _, err := Shape(c.Dataset); err != nil {
 		bad("dataset %q: want mnist or synthetic", c.Dataset)
 	}

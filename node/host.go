@@ -102,6 +102,25 @@ type Host struct {
 	mdns   mdns.Service
 	once   sync.Once
 	err    error
+
+	// bootMu guards bootErr: the latest failed dial of each bootstrap peer
+	// (nil once it connected), for the lone-node diagnosis.
+	bootMu  sync.Mutex
+	bootErr map[peer.ID]error
+}
+
+// BootstrapErrors returns the bootstrap peers whose latest dial failed,
+// with the error.
+func (n *Host) BootstrapErrors() map[peer.ID]error {
+	n.bootMu.Lock()
+	defer n.bootMu.Unlock()
+	out := make(map[peer.ID]error, len(n.bootErr))
+	for p, err := range n.bootErr {
+		if err != nil {
+			out[p] = err
+		}
+	}
+	return out
 }
 
 // NewHost builds and starts the host: transports, security, limits,
@@ -262,10 +281,20 @@ func (n *Host) connectBootstrap(ctx context.Context) {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if err := n.Connect(cctx, ai); err != nil && ctx.Err() == nil {
+		err := n.Connect(cctx, ai)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
 			n.log.Warn("bootstrap peer unreachable", "peer", ai.ID, "err", err)
 		}
-		cancel()
+		n.bootMu.Lock()
+		if n.bootErr == nil {
+			n.bootErr = map[peer.ID]error{}
+		}
+		n.bootErr[ai.ID] = err
+		n.bootMu.Unlock()
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/goleak"
 
+	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/store"
@@ -32,7 +33,7 @@ func meshConfig(network string) node.Config {
 	c.Dataset = node.DatasetSynthetic
 	c.Train.Model = "softmax"
 	c.Train.Batch = 16
-	c.Train.Epochs = 0
+	c.Epochs = 0
 	c.Train.LR = 0.05
 	c.Train.Schedule = "const"
 	c.Train.Seed = 7
@@ -41,6 +42,10 @@ func meshConfig(network string) node.Config {
 	c.Train.Network = network
 	c.Host.Network = network
 	c.Host.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+	// The gossip protocols' own defaults (fp32, announcements every 5 s),
+	// not the node's faster ones: see above.
+	c.Exchange, c.Announce = gossip.DefaultConfig(), gossip.DefaultAnnounceConfig()
+	c.EvalEvery = 0
 	c.Exchange.ChunkTimeout = 5 * time.Second
 	c.Exchange.ExchangeTimeout = 10 * time.Second
 	c.ExchangeTimeout = 10 * time.Second

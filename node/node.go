@@ -88,6 +88,19 @@ type Node struct {
 
 	snaps SnapshotConfig // set before Run; see snapshots.go
 
+	// The run: its length on the run clock (0: no end) and the clock; see
+	// runclock.go. trainStart and busyAtStart mark when the trainer loop
+	// began (after a start file), for the busy fraction.
+	runTotal    float64
+	clock       *runClock
+	trainStart  atomic.Pointer[time.Time]
+	busyAtStart atomic.Int64
+	lastLR      atomic.Uint64
+	// alone is the lone-node diagnosis (nil while the node has a partner);
+	// otherFP the peers heard announcing another fingerprint. See alone.go.
+	alone   atomic.Pointer[Alone]
+	otherFP otherRuns
+
 	adv *attacker // nil unless cfg.Adversary makes this a hostile test node; see adversary.go
 }
 
@@ -124,16 +137,22 @@ func New(ctx context.Context, cfg Config, st store.Store, log *slog.Logger, emit
 	}
 	tc := cfg.Train
 	tc.Logger = log
+	total := cfg.Epochs * float64(trainSet.N)
+	tc.RunSamples, tc.Run = total, RunSpec(total, cfg.Train.Schedule)
 	t, err := train.New(tc, trainSet)
 	if err != nil {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, log: log.With("component", "node"), baseLog: log, st: st, trainer: t, test: testSet, fp: t.Fingerprint(),
-		inbound: make(chan inboundModel, 4), histQ: make(chan store.Point, 16), started: time.Now()}
+		inbound: make(chan inboundModel, 4), histQ: make(chan store.Point, 16), started: time.Now(),
+		runTotal: total, clock: newRunClock(0)}
+	setF64(&n.lastLR, t.LR())
 	if st != nil {
-		if err := resume(ctx, cfg, st, t, log, emit); err != nil {
+		base, err := resume(ctx, cfg, st, t, log, emit)
+		if err != nil {
 			return nil, err
 		}
+		n.clock = newRunClock(base)
 		if h, err := st.History(historyLimit); err == nil {
 			n.hist = h
 		}
@@ -176,9 +195,7 @@ func (n *Node) startMesh(ctx context.Context) error {
 	ex.Counters, ex.Logger = &n.counters, n.baseLog
 	ex.OnReceive = n.receive
 	n.armAdversary(&ex)
-	if n.trust != nil {
-		ex.OnReject = n.onReject
-	}
+	ex.OnReject = n.onReject
 	if n.cfg.MaxUpload > 0 {
 		ex.UploadLimiter = gossip.NewUploadLimiter(n.cfg.MaxUpload)
 	}
@@ -201,9 +218,7 @@ func (n *Node) startMesh(ctx context.Context) error {
 	ac := n.cfg.Announce
 	ac.Network, ac.Fingerprint = n.cfg.Host.Network, n.fp
 	ac.Counters, ac.Logger = &n.counters, n.baseLog
-	if n.trust != nil {
-		ac.OnReject = n.onReject
-	}
+	ac.OnReject = n.onReject
 	if n.ann, err = gossip.NewAnnouncer(n.host, n.ps, ac, n.announcement); err != nil {
 		return err
 	}
@@ -235,7 +250,8 @@ func (n *Node) receive(p peer.ID, s params.Snapshot) {
 func (n *Node) announcement() gossip.Announcement {
 	s := n.trainer.Stats()
 	return gossip.Announcement{Step: s.Steps, Progress: float64(s.Progress), Loss: f64(&n.lastLoss),
-		Accuracy: f64(&n.lastAcc), SamplesPerSec: s.SamplesPerSec, Mode: string(n.cfg.Mode)}
+		Accuracy: f64(&n.lastAcc), SamplesPerSec: s.SamplesPerSec, Mode: string(n.cfg.Mode),
+		Samples: float64(s.Samples), RunSamples: n.clock.value(time.Now(), float64(s.Samples))}
 }
 
 func f64(a *atomic.Uint64) float64       { return math.Float64frombits(a.Load()) }
@@ -258,8 +274,9 @@ func (n *Node) Trainer() *train.Trainer { return n.trainer }
 // Host is the libp2p host (nil when offline).
 func (n *Node) Host() *Host { return n.host }
 
-// Run trains until a stop condition or ctx ends, then writes a final
-// checkpoint and stops the mesh. emit is called one event at a time.
+// Run trains until the run ends, another stop condition holds or ctx ends,
+// then writes a final checkpoint and stops the mesh. emit is called one
+// event at a time.
 func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 	defer n.closeMesh()
 	var emitMu sync.Mutex
@@ -275,18 +292,18 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 	meta := map[string]string{
 		MetaModel: t.Model().Spec(), MetaDataset: n.cfg.Dataset, MetaNetwork: n.cfg.Train.Network,
 		MetaFingerprint: n.fp.String(), MetaSeed: strconv.FormatUint(n.cfg.Train.Seed, 10),
+		MetaRun: RunSpec(n.runTotal, n.cfg.Train.Schedule),
 	}
-	ck := newCheckpointer(n.st, meta, n.log, func(e Event) {
-		if e.Event == "checkpoint" {
-			n.lastCkpt.Store(&store.Info{ID: e.Checkpoint, Step: e.Step, Progress: params.Progress(e.Progress), Created: time.Now()})
-		}
-		send(e)
-	})
+	ck := newCheckpointer(n.st, meta, n.log, send, func(info store.Info) { n.lastCkpt.Store(&info) })
 	defer ck.close()
+	state := func() checkpointState {
+		s := t.State()
+		return checkpointState{State: s, clock: n.clock.value(time.Now(), float64(s.Samples))}
+	}
 	if n.st != nil && n.cfg.Fresh {
 		// A fresh run's first checkpoint supersedes the old run at once, so a
 		// crash before the next one cannot resume the run we meant to drop.
-		if err := ck.saveNow(context.WithoutCancel(ctx), t.State(), false); err != nil {
+		if err := ck.saveNow(context.WithoutCancel(ctx), state(), false); err != nil {
 			return nil, err
 		}
 	}
@@ -295,10 +312,22 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 			Message: fmt.Sprintf("peer %s, mode %s, profile %s, network %q", n.id, n.cfg.Mode, n.cfg.Host.Profile, n.cfg.Host.Network)})
 	}
 
-	n.awaitStart(ctx)
-
 	runCtx, stopLoops := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	if n.ann != nil {
+		// The run clock listens while the node waits for a start file too,
+		// so training starts at the swarm's point of the run.
+		wg.Add(1)
+		go func() { defer wg.Done(); n.watcher(runCtx) }()
+	}
+	stopAll := func() { stopLoops(); wg.Wait() }
+	defer stopAll()
+
+	n.awaitStart(ctx)
+	began := time.Now()
+	n.busyAtStart.Store(int64(t.Stats().Busy))
+	n.trainStart.Store(&began)
+
 	evals := make(chan evalRequest, 1)
 	wg.Add(3)
 	go func() { defer wg.Done(); n.evaluator(runCtx, evals, send) }()
@@ -308,32 +337,45 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); n.averager(runCtx, send) }()
 	}
-	stopAll := func() { stopLoops(); wg.Wait() }
-	defer stopAll()
 
 	res := &Result{Trainer: t, Test: n.test}
-	steps := int64(math.Ceil(float64(t.ShardSize())/float64(n.cfg.Train.Batch))) * int64(n.cfg.Train.Epochs)
 	startStats := t.Stats()
-	lastReport, lastCkpt, lastEval := time.Now(), time.Now(), time.Now()
+	own := float64(startStats.Samples)
+	startClock := n.clock.value(began, own)
+	lastReport, lastCkpt, lastEval := began, began, began
 	var lossEMA float64
 	var seen int
-	stopped := func() bool {
-		s := t.Stats()
-		return n.reached.Load() || (n.cfg.MaxSteps > 0 && s.Steps >= n.cfg.MaxSteps) ||
-			(n.cfg.Duration > 0 && time.Since(n.started) >= n.cfg.Duration)
+	// stop is why the run ended ("" while it goes on).
+	stop := func(clock float64) string {
+		switch {
+		case n.runTotal > 0 && clock >= n.runTotal:
+			return StopRunComplete
+		case n.reached.Load():
+			return StopAccuracy
+		case n.cfg.MaxSteps > 0 && t.Stats().Steps >= n.cfg.MaxSteps:
+			return StopMaxSteps
+		case n.cfg.Duration > 0 && time.Since(n.started) >= n.cfg.Duration:
+			return StopDuration
+		}
+		return ""
 	}
-	for !stopped() {
-		stats, err := t.Step(ctx)
-		if errors.Is(err, train.ErrDone) {
-			res.Finished = true
+	reason := ""
+	for {
+		clock := n.clock.value(time.Now(), own)
+		if reason = stop(clock); reason != "" {
 			break
 		}
+		t.SetClock(clock)
+		stats, err := t.Step(ctx)
 		if ctx.Err() != nil {
+			reason = StopInterrupted
 			break
 		}
 		if err != nil {
 			return nil, err
 		}
+		own += float64(stats.Batch)
+		setF64(&n.lastLR, stats.LR)
 		if n.sync != nil {
 			// Sync mode: the group's average replaces our step's result
 			// before the next step; all of it is the trainer waiting on
@@ -342,6 +384,7 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 			err := n.sync.step(ctx)
 			n.networkWait.Add(int64(time.Since(began)))
 			if err != nil {
+				reason = StopInterrupted
 				break
 			}
 		}
@@ -361,7 +404,7 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 		setF64(&n.lastLoss, lossEMA)
 		now := time.Now()
 		if n.cfg.CheckpointEvery > 0 && now.Sub(lastCkpt) >= n.cfg.CheckpointEvery {
-			ck.offer(t.State())
+			ck.offer(state())
 			lastCkpt = now
 		}
 		epochEnd := t.Stats().Epoch != stats.Epoch
@@ -380,15 +423,16 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 		}
 		if now.Sub(lastReport) >= n.cfg.ReportEvery {
 			s := t.Stats()
+			clock := n.clock.value(now, own)
 			e := Event{Event: "progress", Step: s.Steps, Epoch: s.Epoch, Progress: float64(s.Progress), Loss: lossEMA,
-				Merges: n.merges.Load()}
+				Merges: n.merges.Load(), LR: stats.LR, RunSamples: clock, RunTotal: n.runTotal}
 			if n.ann != nil {
 				e.Peers = len(n.partners())
 			}
-			if el := now.Sub(n.started).Seconds(); el > 0 {
+			if el := now.Sub(began).Seconds(); el > 0 {
 				e.SamplesPerSec = float64(s.Samples-startStats.Samples) / el
-				if done := s.Steps - startStats.Steps; done > 0 && steps > s.Steps {
-					e.ETA = el / float64(done) * float64(steps-s.Steps)
+				if rate := (clock - startClock) / el; n.runTotal > clock && rate > 0 {
+					e.ETA = (n.runTotal - clock) / rate
 				}
 			}
 			send(e)
@@ -397,7 +441,8 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 			lastReport = now
 		}
 	}
-	res.Finished = res.Finished || n.reached.Load() || (ctx.Err() == nil && (n.cfg.MaxSteps > 0 || n.cfg.Duration > 0))
+	res.Finished = reason != StopInterrupted
+	res.StopReason = reason
 	stopAll()
 	if snap := n.reachedSnap.Load(); snap != nil {
 		// Steps and merges after the snapshot that reached the target may
@@ -419,7 +464,7 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 	res.TestAccuracy = r.Accuracy
 	// The final checkpoint is written even when interrupted (not marked
 	// final then), so a stopped node resumes where it stopped.
-	if err := ck.saveNow(context.WithoutCancel(ctx), t.State(), res.Finished); err != nil {
+	if err := ck.saveNow(context.WithoutCancel(ctx), state(), res.Finished); err != nil {
 		return nil, err
 	}
 	s := t.Stats()
@@ -427,8 +472,32 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 	status := n.Status()
 	send(Event{Event: "final", Step: s.Steps, Epoch: s.Epoch, Progress: float64(s.Progress), Loss: lossEMA,
 		TestAccuracy: &r.Accuracy, TestLoss: r.Loss, SamplesPerSec: s.SamplesPerSec, Fingerprint: n.fp.String(),
-		Merges: n.merges.Load(), Status: &status})
+		Merges: n.merges.Load(), RunSamples: status.Run.Samples, RunTotal: n.runTotal, Status: &status,
+		Message: stopMessage(reason, status.Run)})
 	return res, nil
+}
+
+// Why a run stopped (Result.StopReason, the final event's message).
+const (
+	StopRunComplete = "run_complete"
+	StopAccuracy    = "until_accuracy"
+	StopMaxSteps    = "max_steps"
+	StopDuration    = "duration"
+	StopInterrupted = "interrupted"
+)
+
+func stopMessage(reason string, r RunStatus) string {
+	switch reason {
+	case StopRunComplete:
+		return fmt.Sprintf("run complete: %.0f samples trained by the swarm (%g epochs)", r.Samples, r.Epochs)
+	case StopAccuracy:
+		return "stopped: --until-accuracy reached"
+	case StopMaxSteps:
+		return "stopped: --max-steps reached"
+	case StopDuration:
+		return "stopped: --duration reached"
+	}
+	return "interrupted: progress is saved; run the same command again to resume"
 }
 
 type evalRequest struct {

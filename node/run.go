@@ -30,7 +30,23 @@ const (
 	MetaProgress     = "progress"
 	MetaTrainerState = "trainer_state"
 	MetaSeed         = "seed"
+	// MetaRunSamples is the run clock when the checkpoint was taken (every
+	// node's samples), so a restarted node takes up the run's schedule
+	// where it was, before it hears from the swarm again.
+	MetaRunSamples = "run_samples"
+	// MetaRun is the run's description (RunSpec).
+	MetaRun = "run"
 )
+
+// RunSpec is the canonical description of a run that goes into the model
+// fingerprint: its length on the run clock and its schedule. A run with no
+// end and a constant rate has none ("").
+func RunSpec(totalSamples float64, schedule string) string {
+	if totalSamples == 0 && schedule == "const" {
+		return ""
+	}
+	return fmt.Sprintf("samples=%s;schedule=%s", strconv.FormatFloat(totalSamples, 'f', -1, 64), schedule)
+}
 
 // ModelMetadata is the safetensors metadata of an exported model: what
 // `meshtrain eval` and `export` need to rebuild it, and where it came from.
@@ -65,6 +81,11 @@ type Event struct {
 	Addrs  []string `json:"addrs,omitempty"`
 	Peers  int      `json:"peers,omitempty"`
 	Merges int64    `json:"merges,omitempty"`
+	// The run: the learning rate of the latest step, the run clock and the
+	// run's length in samples (0: no end).
+	LR         float64 `json:"lr,omitempty"`
+	RunSamples float64 `json:"run_samples,omitempty"`
+	RunTotal   float64 `json:"run_total,omitempty"`
 	// Status is the node's full status, on the final event only.
 	Status *Status `json:"status,omitempty"`
 }
@@ -74,61 +95,86 @@ type Result struct {
 	Trainer      *train.Trainer
 	Test         *train.Dataset
 	TestAccuracy float64
-	Finished     bool // the run reached a stop condition (not interrupted)
+	Finished     bool   // the run reached a stop condition (not interrupted)
+	StopReason   string // one of the Stop constants
 }
 
-// resume restores the newest usable checkpoint unless cfg.Fresh is set.
-func resume(ctx context.Context, cfg Config, st store.Store, t *train.Trainer, log *slog.Logger, send func(Event)) error {
+// resume restores the newest usable checkpoint unless cfg.Fresh is set,
+// and returns the run clock it was taken at (0 when starting fresh).
+func resume(ctx context.Context, cfg Config, st store.Store, t *train.Trainer, log *slog.Logger, send func(Event)) (float64, error) {
 	fp := t.Fingerprint()
 	cp, skipped, err := st.LoadLatest(ctx, fp)
+	others := 0
 	for _, s := range skipped {
 		// Skipped checkpoints stay in the store for inspection.
+		if errors.Is(s.Err, store.ErrFingerprint) {
+			others++
+			continue
+		}
 		log.Warn("checkpoint failed verification: skipped, kept for inspection", "component", "node", "checkpoint", s.ID, "reason", s.Err)
 	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		send(Event{Event: "start", Fingerprint: fp.String(), Message: "no checkpoint: starting fresh"})
-		return nil
+		msg := "no checkpoint: starting fresh"
+		if others > 0 {
+			msg = fmt.Sprintf("no checkpoint of this run: starting fresh (%d checkpoint(s) of another model or run are kept: "+
+				"--model, --dataset, --network, --epochs or --schedule differ)", others)
+		}
+		send(Event{Event: "start", Fingerprint: fp.String(), Message: msg})
+		return 0, nil
 	case err != nil:
-		return err
+		return 0, err
 	case cfg.Fresh:
 		send(Event{Event: "start", Fingerprint: fp.String(),
 			Message: fmt.Sprintf("--fresh: starting over (checkpoint %d at step %d is kept but superseded)", cp.ID, cp.Step)})
-		return nil
+		return 0, nil
 	case cp.Final:
-		return fmt.Errorf("%w at step %d (checkpoint %d); pass --fresh to start over, or run 'meshtrain export' for the model",
+		return 0, fmt.Errorf("%w at step %d (checkpoint %d); pass --fresh to start over, or run 'meshtrain export' for the model",
 			ErrFinished, cp.Step, cp.ID)
 	}
 	var state train.State
 	if err := json.Unmarshal([]byte(cp.Meta[MetaTrainerState]), &state); err != nil {
-		return fmt.Errorf("node: checkpoint %d has no readable trainer state: %w (pass --fresh to start over)", cp.ID, err)
+		return 0, fmt.Errorf("node: checkpoint %d has no readable trainer state: %w (pass --fresh to start over)", cp.ID, err)
 	}
 	state.Params, state.Momentum = cp.Params, cp.OptState
 	if err := t.Restore(state); err != nil {
-		return fmt.Errorf("node: checkpoint %d does not fit this run's settings: %w (pass --fresh to start over)", cp.ID, err)
+		return 0, fmt.Errorf("node: checkpoint %d does not fit this run's settings: %w (pass --fresh to start over)", cp.ID, err)
 	}
+	// A checkpoint from before the run clock was kept resumes at its own
+	// samples: the clock counts at least those.
+	clock, _ := strconv.ParseFloat(cp.Meta[MetaRunSamples], 64)
+	clock = max(clock, float64(state.Samples))
 	send(Event{Event: "resumed", Step: cp.Step, Epoch: state.Epoch, Progress: float64(cp.Progress), Checkpoint: cp.ID,
-		Fingerprint: fp.String(), Message: fmt.Sprintf("resumed from checkpoint %d at step %d", cp.ID, cp.Step)})
-	return nil
+		Fingerprint: fp.String(), RunSamples: clock,
+		Message: fmt.Sprintf("resumed from checkpoint %d at step %d (run clock %.0f samples)", cp.ID, cp.Step, clock)})
+	return clock, nil
 }
 
 // checkpointer writes checkpoints on its own goroutine so the trainer never
 // waits on the disk. It owns the pending slot: at most one checkpoint waits
 // while another is written; a newer offer replaces a waiting one.
 type checkpointer struct {
-	st   store.Store
-	meta map[string]string
-	log  *slog.Logger
-	send func(Event)
+	st    store.Store
+	meta  map[string]string
+	log   *slog.Logger
+	send  func(Event)
+	saved func(store.Info) // told of every committed checkpoint
 
-	pending chan train.State
+	pending chan checkpointState
 	done    chan struct{}
 	mu      sync.Mutex // serialises Save between the goroutine and saveNow
 }
 
-func newCheckpointer(st store.Store, meta map[string]string, log *slog.Logger, send func(Event)) *checkpointer {
-	c := &checkpointer{st: st, meta: meta, log: log.With("component", "checkpointer"), send: send,
-		pending: make(chan train.State, 1), done: make(chan struct{})}
+// checkpointState is what one checkpoint holds: the trainer's state and the
+// run clock at the same moment.
+type checkpointState struct {
+	train.State
+	clock float64
+}
+
+func newCheckpointer(st store.Store, meta map[string]string, log *slog.Logger, send func(Event), saved func(store.Info)) *checkpointer {
+	c := &checkpointer{st: st, meta: meta, log: log.With("component", "checkpointer"), send: send, saved: saved,
+		pending: make(chan checkpointState, 1), done: make(chan struct{})}
 	if st == nil {
 		close(c.done)
 		return c
@@ -145,7 +191,7 @@ func newCheckpointer(st store.Store, meta map[string]string, log *slog.Logger, s
 }
 
 // offer queues s, replacing a checkpoint still waiting; it never blocks.
-func (c *checkpointer) offer(s train.State) {
+func (c *checkpointer) offer(s checkpointState) {
 	if c.st == nil {
 		return
 	}
@@ -163,32 +209,36 @@ func (c *checkpointer) offer(s train.State) {
 }
 
 // saveNow writes s synchronously (after any write in flight).
-func (c *checkpointer) saveNow(ctx context.Context, s train.State, final bool) error {
+func (c *checkpointer) saveNow(ctx context.Context, s checkpointState, final bool) error {
 	if c.st == nil {
 		return nil
 	}
 	return c.save(ctx, s, final)
 }
 
-func (c *checkpointer) save(ctx context.Context, s train.State, final bool) error {
+func (c *checkpointer) save(ctx context.Context, s checkpointState, final bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	stateJSON, err := json.Marshal(s)
+	stateJSON, err := json.Marshal(s.State)
 	if err != nil {
 		return err
 	}
-	meta := make(map[string]string, len(c.meta)+3)
+	meta := make(map[string]string, len(c.meta)+4)
 	for k, v := range c.meta {
 		meta[k] = v
 	}
 	meta[MetaTrainerState] = string(stateJSON)
 	meta[MetaStep] = strconv.FormatInt(s.Step, 10)
 	meta[MetaProgress] = strconv.FormatFloat(float64(s.Progress), 'g', -1, 64)
+	meta[MetaRunSamples] = strconv.FormatFloat(s.clock, 'f', -1, 64)
 	fp, _ := params.ParseFingerprint(c.meta[MetaFingerprint])
 	info, err := c.st.Save(ctx, &store.Checkpoint{Fingerprint: fp, Step: s.Step, Progress: s.Progress,
 		Params: s.Params, OptState: s.Momentum, Meta: meta, Final: final})
 	if err != nil {
 		return fmt.Errorf("node: checkpoint at step %d: %w", s.Step, err)
+	}
+	if c.saved != nil {
+		c.saved(info)
 	}
 	// This event is the promise the crash tests hold us to: once printed,
 	// the checkpoint is committed and synced.

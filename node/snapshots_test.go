@@ -20,7 +20,7 @@ func offlineConfig() node.Config {
 	c.Dataset = node.DatasetSynthetic
 	c.Train.Model = "mlp:16"
 	c.Train.Batch = 16
-	c.Train.Epochs = 0
+	c.Epochs = 0
 	c.Train.Schedule = "const"
 	c.Train.BaseStep = time.Millisecond
 	c.Train.Slowdown = 2

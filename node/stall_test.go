@@ -156,7 +156,11 @@ func TestTrainerNeverWaitsOnTheNetwork(t *testing.T) {
 	checkGoroutines(t)
 	const maxSteps = 2000
 	cfg := meshConfig("nowait")
-	cfg.Train.Slowdown = 1
+	// Steps of 400 us (200 us base, slowdown 2): the run lasts about 0.8 s,
+	// so the first exchange (after about 10 ms) starts long before the last
+	// step however busy the machine is; back-to-back steps of the synthetic
+	// model would finish 2000 steps in about 20 ms, a race with the timer.
+	cfg.Train.BaseStep, cfg.Train.Slowdown = 200*time.Microsecond, 2
 	cfg.MaxSteps = maxSteps
 	cfg.AvgInterval = 10 * time.Millisecond // the exchange starts right after the first steps
 	cfg.Exchange.ChunkTimeout = 10 * time.Minute

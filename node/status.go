@@ -43,6 +43,30 @@ type Status struct {
 	Gossip           gossip.Stats     `json:"gossip"`
 	Trust            TrustStats       `json:"trust"`
 	LastCheckpoint   *store.Info      `json:"last_checkpoint,omitempty"`
+	// Run is where the swarm's run stands; Alone says why the node trains
+	// alone (absent while it has a partner).
+	Run   RunStatus `json:"run"`
+	Alone *Alone    `json:"alone,omitempty"`
+}
+
+// RunStatus is where the run stands on the run clock (every node's samples
+// added up; see runclock.go).
+type RunStatus struct {
+	// Epochs and TotalSamples are the run's length (0: no end).
+	Epochs       float64 `json:"epochs"`
+	TotalSamples float64 `json:"total_samples"`
+	// Samples is the run clock; OwnSamples this node's share of it.
+	Samples    float64 `json:"samples"`
+	OwnSamples float64 `json:"own_samples"`
+	// Fraction is Samples / TotalSamples, at most 1 (0 with no end).
+	Fraction float64 `json:"fraction"`
+	// LR is the learning rate of the latest step (the schedule at the run
+	// clock), Schedule the schedule.
+	LR       float64 `json:"lr"`
+	Schedule string  `json:"schedule"`
+	// ClockClamped counts peer announcements whose sample count was
+	// clamped as implausible.
+	ClockClamped int64 `json:"clock_clamped"`
 }
 
 // Status returns the node's current status.
@@ -62,9 +86,21 @@ func (n *Node) Status() Status {
 	if n.cfg.Offline {
 		st.Mode, st.Profile = "offline", ""
 	}
-	if up > 0 {
-		st.BusyFraction = min(1, s.Busy.Seconds()/up.Seconds())
+	// The busy fraction counts from the start of training (after any start
+	// file), over the busy time since then.
+	if start := n.trainStart.Load(); start != nil {
+		if wall := time.Since(*start); wall > 0 {
+			busy := s.Busy - time.Duration(n.busyAtStart.Load())
+			st.BusyFraction = min(1, max(0, busy.Seconds()/wall.Seconds()))
+		}
 	}
+	st.Run = RunStatus{Epochs: n.cfg.Epochs, TotalSamples: n.runTotal, OwnSamples: float64(s.Samples),
+		Samples: n.clock.value(time.Now(), float64(s.Samples)), LR: f64(&n.lastLR), Schedule: n.trainer.Schedule().String(),
+		ClockClamped: n.clock.clampedTotal()}
+	if n.runTotal > 0 {
+		st.Run.Fraction = min(1, st.Run.Samples/n.runTotal)
+	}
+	st.Alone = n.Alone()
 	if n.host != nil {
 		st.PeerID, st.Addrs = n.id.String(), n.Addrs()
 		st.Peers = len(n.partners())

@@ -112,7 +112,7 @@ func syncConfig(network string, slowdown float64) Config {
 	c.Dataset = DatasetSynthetic
 	c.Train.Model = "mlp:32"
 	c.Train.Batch = 16
-	c.Train.Epochs = 0
+	c.Epochs = 0
 	c.Train.LR = 0.05
 	c.Train.Schedule = "const"
 	c.Train.Seed = 7

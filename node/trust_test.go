@@ -23,7 +23,7 @@ func trustNode(t *testing.T, st store.Store) *Node {
 	cfg.Dataset = DatasetSynthetic
 	cfg.Train.Model = "softmax"
 	cfg.Train.Batch = 16
-	cfg.Train.Epochs = 0
+	cfg.Epochs = 0
 	cfg.Train.Schedule = "const"
 	cfg.Offline = true
 	n, err := New(context.Background(), cfg, st, nil, nil)

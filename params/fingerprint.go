@@ -8,8 +8,9 @@ import (
 )
 
 // Fingerprint identifies what a parameter vector means: the architecture
-// (layout), the dataset it is trained on and the network name. Two models
-// may be merged only when their fingerprints are equal.
+// (layout), the dataset it is trained on, the network name and, for a
+// swarm's run, the run (its length and schedule: see RunFingerprint). Two
+// models may be merged only when their fingerprints are equal.
 type Fingerprint [32]byte
 
 // fingerprintVersion is hashed in so that a change of this recipe can never
@@ -19,8 +20,20 @@ const fingerprintVersion = "meshtrain-fingerprint-v1"
 // NewFingerprint hashes the layout's canonical form, the dataset and the
 // network name, each length-prefixed so no two inputs collide by concatenation.
 func NewFingerprint(l Layout, dataset, network string) Fingerprint {
+	return RunFingerprint(l, dataset, network, "")
+}
+
+// RunFingerprint is NewFingerprint for one run of a swarm: run is the run's
+// canonical description (its length and schedule), hashed in after the
+// rest, so nodes of one network that disagree on when the run ends or on
+// its schedule never merge. An empty run gives NewFingerprint's value.
+func RunFingerprint(l Layout, dataset, network, run string) Fingerprint {
 	h := sha256.New()
-	for _, part := range []string{fingerprintVersion, l.String(), dataset, network} {
+	parts := []string{fingerprintVersion, l.String(), dataset, network}
+	if run != "" {
+		parts = append(parts, "run", run)
+	}
+	for _, part := range parts {
 		fmt.Fprintf(h, "%d:%s;", len(part), part)
 	}
 	var fp Fingerprint

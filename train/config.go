@@ -18,8 +18,13 @@ type Config struct {
 	Batch int
 	// Epochs is the number of passes over the shard after which Step
 	// returns ErrDone, 0 to 1e6; 0 means no end (a cosine schedule then
-	// needs an explicit total).
+	// needs an explicit total or RunSamples).
 	Epochs int
+	// RunSamples is the length of the run the schedule spans, in samples
+	// of the run clock (see Trainer.SetClock): the schedule's total when
+	// its string gives none. 0 means Epochs × shard size. A node sets it
+	// to the swarm's run, counted over every node's samples. Finite, >= 0.
+	RunSamples float64
 	// LR is the base learning rate, in (0, 100].
 	LR float64
 	// Momentum is SGD's momentum coefficient, in [0, 1).
@@ -43,6 +48,9 @@ type Config struct {
 	Alpha float64
 	// Network is the network name hashed into the fingerprint; not empty.
 	Network string
+	// Run describes the swarm's run (its length and schedule) for the
+	// fingerprint (params.RunFingerprint); "" for none. At most 256 bytes.
+	Run string
 	// Slowdown makes every step last Slowdown × the base step time by
 	// sleeping until that deadline; 1 means full speed. In [1, 1000].
 	Slowdown float64
@@ -107,8 +115,11 @@ func (c Config) Validate() error {
 	}
 	if s, err := ParseSchedule(c.Schedule); err != nil {
 		bad("schedule: %v", err)
-	} else if s.Kind == "cosine" && s.Total == 0 && c.Epochs == 0 {
+	} else if s.Kind == "cosine" && s.Total == 0 && c.Epochs == 0 && c.RunSamples == 0 {
 		bad("schedule %q needs a total (e.g. cosine:total=180000) when epochs is 0", c.Schedule)
+	}
+	if !finite(c.RunSamples) || c.RunSamples < 0 || c.RunSamples > 1e15 {
+		bad("run samples %v not in [0,1e15]", c.RunSamples)
 	}
 	if _, err := ParseShard(c.Shard); err != nil {
 		bad("shard: %v", err)
@@ -118,6 +129,9 @@ func (c Config) Validate() error {
 	}
 	if c.Network == "" || len(c.Network) > 128 {
 		bad("network name must be 1 to 128 bytes")
+	}
+	if len(c.Run) > 256 {
+		bad("run description of %d bytes: at most 256", len(c.Run))
 	}
 	if !finite(c.Slowdown) || c.Slowdown < 1 || c.Slowdown > 1000 {
 		bad("slowdown %v not in [1,1000]", c.Slowdown)

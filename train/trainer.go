@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshtrain/meshtrain/params"
@@ -67,6 +68,12 @@ type Trainer struct {
 	samples  int64
 	merges   int64
 	busy     time.Duration
+
+	// runPos is the run position the schedule reads (float64 bits), set by
+	// SetClock; until then runPosSet is false and the schedule follows the
+	// model's progress.
+	runPos    atomic.Uint64
+	runPosSet atomic.Bool
 }
 
 // StepStats describes one step.
@@ -119,8 +126,12 @@ func newTrainer(cfg Config, data *Dataset, clk clock) (*Trainer, error) {
 		return nil, err
 	}
 	sched, _ := ParseSchedule(cfg.Schedule)
-	if sched, err = sched.Resolve(float64(cfg.Epochs) * float64(len(idx))); err != nil {
-		return nil, fmt.Errorf("%w: schedule %q with %d epochs of %d samples: %w", ErrBadConfig, cfg.Schedule, cfg.Epochs, len(idx), err)
+	total := float64(cfg.Epochs) * float64(len(idx))
+	if cfg.RunSamples > 0 {
+		total = cfg.RunSamples
+	}
+	if sched, err = sched.Resolve(total); err != nil {
+		return nil, fmt.Errorf("%w: schedule %q over a run of %.0f samples: %w", ErrBadConfig, cfg.Schedule, total, err)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -130,7 +141,7 @@ func newTrainer(cfg Config, data *Dataset, clk clock) (*Trainer, error) {
 	t := &Trainer{
 		cfg: cfg, model: model, data: data, shard: shard, idx: idx, sched: sched,
 		opt:   SGD{Momentum: cfg.Momentum, WeightDecay: cfg.WeightDecay},
-		fp:    params.NewFingerprint(model.Layout(), data.Name, cfg.Network),
+		fp:    params.RunFingerprint(model.Layout(), data.Name, cfg.Network, cfg.Run),
 		log:   log.With("component", "train"),
 		clock: clk,
 		ws:    model.NewWorkspace(cfg.Batch),
@@ -241,7 +252,7 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 		t.stepMu.Unlock()
 		return StepStats{}, err
 	}
-	lr := t.cfg.LR * t.sched.Factor(t.progress+params.Progress(b))
+	lr := t.cfg.LR * t.sched.Factor(t.position()+params.Progress(b))
 	st := StepStats{Epoch: t.epoch, Batch: b, Loss: loss, LR: lr}
 
 	t.mu.Lock()
@@ -268,6 +279,36 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	t.busy += st.Busy
 	t.mu.Unlock()
 	return st, err
+}
+
+// SetClock sets the run position, in samples, that the learning-rate
+// schedule reads from the next step on: a node sets it to the swarm's run
+// clock (every node's samples added up), so that every node of a swarm
+// follows one schedule and a late joiner starts where the swarm is. Until
+// it is first called the schedule follows the model's own progress. Any
+// goroutine may call it; a negative or non-finite value is ignored.
+func (t *Trainer) SetClock(samples float64) {
+	if !(samples >= 0) || math.IsInf(samples, 0) {
+		return
+	}
+	t.runPos.Store(math.Float64bits(samples))
+	t.runPosSet.Store(true)
+}
+
+// position is where the schedule stands before the next step's batch.
+func (t *Trainer) position() params.Progress {
+	if t.runPosSet.Load() {
+		return params.Progress(math.Float64frombits(t.runPos.Load()))
+	}
+	return t.progress
+}
+
+// LR is the learning rate the next step would use (before its batch is
+// added to the position).
+func (t *Trainer) LR() float64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.cfg.LR * t.sched.Factor(t.position())
 }
 
 // stepTarget is how long a step must last under Slowdown (0: no emulation).

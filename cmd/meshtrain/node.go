@@ -28,8 +28,8 @@ func (l *listFlag) Set(s string) error {
 func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	fs := newFlags(e, "[flags]")
 	var f runFlags
-	f.register(fs)
 	d := node.DefaultConfig()
+	f.register(fs, d)
 	mode := fs.String("mode", string(d.Mode),
 		"averaging mode: gossip (merge with one peer at a time, at our own pace), sync (every step all members average: the DDP baseline, paced by the slowest) or local (no merges)")
 	profile := fs.String("profile", string(d.Host.Profile),
@@ -52,9 +52,9 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	holdout := fs.Int("holdout", d.Trust.Holdout, "samples of the local shard candidate merges are validated on (with --trust)")
 	syncTimeout := fs.Duration("sync-timeout", d.SyncTimeout,
 		"sync mode: how long a round waits for a member before dropping it (must exceed the slowest member's step)")
-	maxUpload := fs.Int("max-upload", 0, "cap on bytes/s sent to peers (0: no cap)")
-	wire := fs.String("wire-dtype", "fp32", "precision of models sent: fp32 or fp16")
-	evalEvery := fs.Duration("eval-every", 10*time.Second, "wall time between test-set evaluations (0: only at epoch ends)")
+	maxUpload := fs.Int("max-upload", d.MaxUpload, "cap on bytes/s sent to peers (0: no cap)")
+	wire := fs.String("wire-dtype", d.Exchange.SendDType.String(), "precision of models sent: fp32 or fp16")
+	evalEvery := fs.Duration("eval-every", d.EvalEvery, "wall time between test-set evaluations (0: only at epoch ends)")
 	announce := fs.Duration("announce-interval", d.Announce.Interval, "wall time between announcements")
 	apiAddr := fs.String("api", api.DefaultAddr, "serve the REST API, /metrics and the dashboard on this host:port (empty: off)")
 	var snaps node.SnapshotConfig
@@ -133,9 +133,9 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	cfg.Trust.Enabled, cfg.Trust.Holdout = *trust, *holdout
 	cfg.SyncTimeout = *syncTimeout
 	cfg.EvalEvery = *evalEvery
-	cfg.Announce.Interval = *announce
-	if cfg.Announce.FreshWindow < 3**announce {
-		cfg.Announce.FreshWindow, cfg.Announce.MaxAge = 3**announce, 3**announce
+	if *announce != d.Announce.Interval {
+		// The fresh window and the age limit follow the interval.
+		cfg.Announce.Interval, cfg.Announce.FreshWindow, cfg.Announce.MaxAge = *announce, 3**announce, 3**announce
 	}
 	if snaps.Dir != "" {
 		if err := os.MkdirAll(snaps.Dir, 0o755); err != nil {

@@ -20,6 +20,7 @@ import (
 // trainFlags are the model and optimizer flags shared by train and node.
 type trainFlags struct {
 	cfg       train.Config
+	epochs    float64
 	dataset   string
 	dataPath  string
 	seed      uint64
@@ -28,8 +29,10 @@ type trainFlags struct {
 	baseStep  time.Duration
 }
 
-func (f *trainFlags) register(fs *flag.FlagSet) {
-	d := train.DefaultConfig()
+// register defines the flags with the defaults of c (node.DefaultConfig
+// for a mesh node, node.OfflineConfig for meshtrain train).
+func (f *trainFlags) register(fs *flag.FlagSet, c node.Config) {
+	d := c.Train
 	f.cfg = d
 	fs.StringVar(&f.dataset, "dataset", node.DatasetMNIST, "dataset: mnist or synthetic")
 	fs.StringVar(&f.dataPath, "data", "", "folder of MNIST IDX files (default: the copy built into the binary)")
@@ -39,17 +42,19 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.cfg.Momentum, "momentum", d.Momentum, "SGD momentum in [0,1)")
 	fs.Float64Var(&f.cfg.WeightDecay, "weight-decay", d.WeightDecay, "L2 weight decay")
 	fs.StringVar(&f.cfg.Schedule, "schedule", d.Schedule, "LR schedule: const or cosine[:warmup=SAMPLES,total=SAMPLES]")
-	fs.IntVar(&f.cfg.Epochs, "epochs", d.Epochs, "passes over the shard (0: no end)")
+	fs.Float64Var(&f.epochs, "epochs", c.Epochs,
+		"length of the run in passes over the whole training set, counted over every node's samples; the LR schedule spans it (0: no end)")
 	fs.Uint64Var(&f.seed, "seed", d.Seed, "seed of the initial model and the shard split (shared by a whole network)")
 	fs.Uint64Var(&f.orderSeed, "order-seed", 0, "seed of the sample order on top of --seed")
 	fs.StringVar(&f.cfg.Shard, "shard", d.Shard, "data shard: all or i/n (0-based)")
 	fs.Float64Var(&f.cfg.Alpha, "non-iid", 0, "Dirichlet alpha for label-skewed shards (0: iid)")
-	fs.Float64Var(&f.cfg.Slowdown, "slowdown", 1, "emulate hardware F times slower: each step lasts F x the base step time")
+	fs.Float64Var(&f.cfg.Slowdown, "slowdown", d.Slowdown, "emulate hardware F times slower: each step lasts F x the base step time")
 	fs.DurationVar(&f.baseStep, "base-step", 0, "base step time for --slowdown (0: calibrate at start)")
 	fs.IntVar(&f.threads, "threads", 0, "cores to use (0: all)")
 }
 
-// config returns the validated trainer config and sets GOMAXPROCS.
+// config returns the trainer config and sets GOMAXPROCS; the node's
+// Validate checks it with the rest (a node sets the schedule's run).
 func (f *trainFlags) config() (train.Config, error) {
 	c := f.cfg
 	c.Seed, c.OrderSeed, c.BaseStep = f.seed, f.orderSeed, f.baseStep
@@ -60,7 +65,7 @@ func (f *trainFlags) config() (train.Config, error) {
 		runtime.GOMAXPROCS(f.threads)
 	}
 	c.Threads = runtime.GOMAXPROCS(0)
-	return c, c.Validate()
+	return c, nil
 }
 
 // runFlags are the flags of a training run shared by train and node.
@@ -78,13 +83,13 @@ type runFlags struct {
 	jsonOut   bool
 }
 
-func (f *runFlags) register(fs *flag.FlagSet) {
-	f.trainFlags.register(fs)
+func (f *runFlags) register(fs *flag.FlagSet, c node.Config) {
+	f.trainFlags.register(fs, c)
 	f.storeFlags.register(fs)
 	f.registerKeep(fs)
 	f.logFlags.register(fs)
 	fs.BoolVar(&f.noStore, "no-data-dir", false, "run without a data dir: no checkpoints, no resume, a new identity")
-	fs.DurationVar(&f.ckptEvery, "checkpoint-every", 30*time.Second, "wall time between checkpoints (0: only the final one)")
+	fs.DurationVar(&f.ckptEvery, "checkpoint-every", c.CheckpointEvery, "wall time between checkpoints (0: only the final one)")
 	fs.BoolVar(&f.fresh, "fresh", false, "ignore existing checkpoints and start over")
 	fs.Float64Var(&f.until, "until-accuracy", 0, "stop once test accuracy reaches this (0: off)")
 	fs.Int64Var(&f.maxSteps, "max-steps", 0, "stop after this many steps (0: no limit)")
@@ -100,7 +105,7 @@ func (f *runFlags) config(c *node.Config) error {
 	if err != nil {
 		return err
 	}
-	c.Train, c.Dataset, c.DataPath = tc, f.dataset, f.dataPath
+	c.Train, c.Dataset, c.DataPath, c.Epochs = tc, f.dataset, f.dataPath, f.epochs
 	c.CheckpointEvery, c.Fresh, c.UntilAccuracy, c.MaxSteps, c.Duration = f.ckptEvery, f.fresh, f.until, f.maxSteps, f.duration
 	if f.keep < 1 {
 		return fmt.Errorf("--keep %d: must be >= 1", f.keep)
@@ -161,7 +166,8 @@ func runNode(ctx context.Context, e *env, f *runFlags, cfg node.Config, before f
 func runTrain(ctx context.Context, e *env, args []string) int {
 	fs := newFlags(e, "[flags]")
 	var f runFlags
-	f.register(fs)
+	cfg := node.OfflineConfig()
+	f.register(fs, cfg)
 	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
@@ -171,9 +177,6 @@ func runTrain(ctx context.Context, e *env, args []string) int {
 	if fs.NArg() > 0 {
 		return usageError(e, "unexpected argument %q", fs.Arg(0))
 	}
-	cfg := node.DefaultConfig()
-	cfg.Offline = true
-	cfg.EvalEvery = 0 // test accuracy at each epoch end
 	if err := f.config(&cfg); err != nil {
 		return usageError(e, "%v", err)
 	}

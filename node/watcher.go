@@ -1,0 +1,128 @@
+package node
+
+import (
+	"context"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/meshtrain/meshtrain/reputation"
+)
+
+// How often the watcher feeds the run clock and checks for a partner.
+const (
+	clockEvery = 100 * time.Millisecond
+	aloneEvery = time.Second
+)
+
+// watcher feeds the run clock from the announcements and tells the user
+// when the node trains alone. It owns nothing but its loop: the clock and
+// the diagnosis are published through their own locks and atomics.
+func (n *Node) watcher(ctx context.Context) {
+	tick := time.NewTicker(clockEvery)
+	defer tick.Stop()
+	var lastAlone time.Time
+	var withPartner time.Time // last time we had a partner (or the start)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			n.observeClock(now)
+			if now.Sub(lastAlone) < aloneEvery {
+				continue
+			}
+			lastAlone = now
+			n.checkAlone(now, &withPartner)
+		}
+	}
+}
+
+// observeClock hands the run clock the fresh announcements of peers in
+// good standing.
+func (n *Node) observeClock(now time.Time) {
+	fresh := n.ann.Fresh()
+	obs := make([]clockObservation, 0, len(fresh))
+	for _, p := range fresh {
+		if p.Peer == n.id || p.Fingerprint != n.fp || n.standing(p.Peer) != reputation.OK {
+			continue
+		}
+		obs = append(obs, clockObservation{Peer: p.Peer, Samples: p.Samples, Rate: p.SamplesPerSec,
+			Estimate: p.RunSamples, Seen: p.SeenAt})
+	}
+	n.clock.observe(now, n.trainer.Stats().SamplesPerSec, obs)
+}
+
+// checkAlone updates the lone-node diagnosis: once the trainer has run
+// for aloneAfter with no partner, the status says why and the log says
+// so once per reason; a partner found clears it.
+func (n *Node) checkAlone(now time.Time, withPartner *time.Time) {
+	start := n.trainStart.Load()
+	if n.cfg.Mode == ModeLocal || start == nil {
+		return
+	}
+	if withPartner.IsZero() || withPartner.Before(*start) {
+		*withPartner = *start
+	}
+	in := n.aloneInputs(now)
+	if in.inMode-in.excluded > 0 {
+		*withPartner = now
+		if prev := n.alone.Swap(nil); prev != nil {
+			n.log.Info("found a partner: training with the swarm", "peers", in.inMode-in.excluded)
+		}
+		return
+	}
+	since := now.Sub(*withPartner)
+	if since < aloneAfter {
+		return
+	}
+	reason, msg := diagnose(in)
+	prev := n.alone.Swap(&Alone{Reason: reason, Message: msg, SinceS: since.Seconds()})
+	if prev == nil || prev.Reason != reason {
+		n.log.Warn(msg, "reason", string(reason), "alone_s", since.Round(time.Second).Seconds())
+	}
+}
+
+// aloneInputs gathers what diagnose needs.
+func (n *Node) aloneInputs(now time.Time) aloneInputs {
+	in := aloneInputs{profile: n.cfg.Host.Profile, mode: n.cfg.Mode, bootstrap: len(n.cfg.Host.Bootstrap),
+		ourFP: n.fp.Short(), modes: map[string]int{}}
+	if n.host == nil {
+		return in
+	}
+	in.bootErrs = n.host.BootstrapErrors()
+	in.connected = len(n.host.Network().Peers())
+	sameFP := map[peer.ID]bool{}
+	for _, p := range n.ann.Fresh() {
+		if p.Peer == n.id || p.Fingerprint != n.fp {
+			continue
+		}
+		sameFP[p.Peer] = true
+		in.sameFP++
+		if p.Mode != string(n.cfg.Mode) {
+			in.modes[p.Mode]++
+			continue
+		}
+		in.inMode++
+		if n.standing(p.Peer) != reputation.OK {
+			in.excluded++
+		}
+	}
+	for _, p := range n.otherFP.recent(now) {
+		if !sameFP[p] {
+			in.otherFP++
+		}
+	}
+	return in
+}
+
+// Alone returns the lone-node diagnosis, nil while the node has a partner
+// (or has not trained long enough without one to say).
+func (n *Node) Alone() *Alone {
+	a := n.alone.Load()
+	if a == nil {
+		return nil
+	}
+	c := *a
+	return &c
+}
