@@ -42,7 +42,22 @@ type Config struct {
 	Detach bool
 	// StartTimeout bounds the wait for each node to report its addresses.
 	StartTimeout time.Duration
+	// BaseStep, when set, is every node's --base-step: the step time the
+	// slowdowns multiply, measured once (CalibrateBaseStep) rather than by
+	// each node while the others start up on the same cores.
+	BaseStep time.Duration
+	// Threads, when > 0, is every node's --threads.
+	Threads int
+	// Gate holds every node's training until Release (a start file in Dir),
+	// so a swarm starts together once its nodes have found each other.
+	Gate bool
+	// Fresh starts every node's run over (--fresh) rather than resuming
+	// what its data dir holds.
+	Fresh bool
 }
+
+// GateFile is the start file of a gated testnet, in its Dir.
+const GateFile = "start"
 
 // Validate reports every bad field at once.
 func (c Config) Validate() error {
@@ -91,11 +106,33 @@ type Member struct {
 	Log      string   `json:"log"`
 	Slowdown float64  `json:"slowdown"`
 
-	cmd  *exec.Cmd
-	done chan struct{}
-	mu   sync.Mutex
-	last map[string]any // latest progress-like event
-	exit error
+	cmd   *exec.Cmd
+	done  chan struct{}
+	mu    sync.Mutex
+	last  map[string]any // latest progress-like event
+	final *FinalEvent    // the node's final event, once printed
+	exit  error
+}
+
+// FinalEvent is the part of a node's final event a testnet reports.
+type FinalEvent struct {
+	Step         int64    `json:"step"`
+	TestAccuracy *float64 `json:"test_accuracy"`
+	Merges       int64    `json:"merges"`
+	Message      string   `json:"message"`
+	Status       struct {
+		Mode         string  `json:"mode"`
+		BusyFraction float64 `json:"busy_fraction"`
+		Peers        int     `json:"peers"`
+		Alone        *struct {
+			Reason  string `json:"reason"`
+			Message string `json:"message"`
+		} `json:"alone"`
+		Run struct {
+			Samples      float64 `json:"samples"`
+			TotalSamples float64 `json:"total_samples"`
+		} `json:"run"`
+	} `json:"status"`
 }
 
 // Testnet is a running set of node processes.
@@ -121,6 +158,13 @@ func Up(ctx context.Context, cfg Config) (*Testnet, error) {
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
+	}
+	if cfg.Gate {
+		// A start file left by an earlier testnet would release this one at
+		// once.
+		if err := os.Remove(filepath.Join(cfg.Dir, GateFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
 	}
 	tn := &Testnet{cfg: cfg}
 	var bootstrap string
@@ -177,6 +221,18 @@ func (tn *Testnet) start(ctx context.Context, i int, bootstrap string) (*Member,
 		"--shard", fmt.Sprintf("%d/%d", i, tn.cfg.Nodes), "--slowdown", strconv.FormatFloat(m.Slowdown, 'g', -1, 64)}
 	if bootstrap != "" {
 		args = append(args, "--bootstrap", bootstrap)
+	}
+	if tn.cfg.BaseStep > 0 {
+		args = append(args, "--base-step", tn.cfg.BaseStep.String())
+	}
+	if tn.cfg.Threads > 0 {
+		args = append(args, "--threads", strconv.Itoa(tn.cfg.Threads))
+	}
+	if tn.cfg.Gate {
+		args = append(args, "--start-file", filepath.Join(tn.cfg.Dir, GateFile))
+	}
+	if tn.cfg.Fresh {
+		args = append(args, "--fresh")
 	}
 	args = append(args, tn.cfg.NodeArgs...)
 	var env []string
@@ -257,7 +313,17 @@ func (m *Member) follow(r io.Reader, listening chan<- event) {
 			default:
 			}
 		}
+		var final *FinalEvent
+		if kind == "final" {
+			final = new(FinalEvent)
+			if json.Unmarshal(sc.Bytes(), final) != nil {
+				final = nil
+			}
+		}
 		m.mu.Lock()
+		if final != nil {
+			m.final = final
+		}
 		for k, v := range raw {
 			if k != "event" && k != "message" && k != "status" {
 				m.last[k] = v
@@ -306,8 +372,11 @@ type Row struct {
 	Slowdown                               float64
 	Step                                   int64
 	Loss, Accuracy, SamplesPerSec, Elapsed float64
-	Peers, Merges                          int64
-	Alive                                  bool
+	// Run is the run clock as a share of the run (0 with no end), LR the
+	// latest step's learning rate.
+	Run, LR       float64
+	Peers, Merges int64
+	Alive         bool
 }
 
 // Summary returns the latest state of every node.
@@ -318,7 +387,10 @@ func (tn *Testnet) Summary() []Row {
 		num := func(k string) float64 { v, _ := m.last[k].(float64); return v }
 		r := Row{Index: m.Index, PeerID: m.PeerID, API: m.API, Slowdown: m.Slowdown, Step: int64(num("step")),
 			Loss: num("loss"), Accuracy: num("test_accuracy"), SamplesPerSec: num("samples_per_s"),
-			Peers: int64(num("peers")), Merges: int64(num("merges")), Elapsed: num("elapsed_s")}
+			Peers: int64(num("peers")), Merges: int64(num("merges")), Elapsed: num("elapsed_s"), LR: num("lr")}
+		if total := num("run_total"); total > 0 {
+			r.Run = min(1, num("run_samples")/total)
+		}
 		m.mu.Unlock()
 		select {
 		case <-m.done:
@@ -379,15 +451,9 @@ func Down(dir string, grace time.Duration) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("testnet: no detached testnet in %s: %w", dir, err)
 	}
-	var tn Testnet
-	if err := json.Unmarshal(b, &tn); err != nil {
-		return 0, fmt.Errorf("testnet: %s: %w", StateFile, err)
-	}
-	// A PID is ours only while its command line still names our data dir:
-	// after a reboot the number may belong to something else.
-	alive := func(m *Member) bool {
-		cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", m.PID))
-		return m.PID > 0 && err == nil && strings.Contains(string(cl), m.DataDir) && syscall.Kill(m.PID, 0) == nil
+	tn, err := readState(b)
+	if err != nil {
+		return 0, err
 	}
 	n := 0
 	for _, m := range tn.Members {
@@ -407,10 +473,26 @@ func Down(dir string, grace time.Duration) (int, error) {
 	return n, os.Remove(filepath.Join(dir, StateFile))
 }
 
+func readState(b []byte) (*Testnet, error) {
+	var tn Testnet
+	if err := json.Unmarshal(b, &tn); err != nil {
+		return nil, fmt.Errorf("testnet: %s: %w", StateFile, err)
+	}
+	return &tn, nil
+}
+
+// alive reports whether a detached member still runs. A PID is ours only
+// while its command line still names our data dir: after a reboot the
+// number may belong to something else.
+func alive(m *Member) bool {
+	cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", m.PID))
+	return m.PID > 0 && err == nil && strings.Contains(string(cl), m.DataDir) && syscall.Kill(m.PID, 0) == nil
+}
+
 // WriteTable prints the live summary.
 func WriteTable(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tPEER\tSLOWDOWN\tSTEP\tLOSS\tTEST ACC\tSAMPLES/S\tPEERS\tMERGES\tAPI\tSTATE")
+	fmt.Fprintln(tw, "NODE\tPEER\tSLOWDOWN\tSTEP\tRUN\tLR\tLOSS\tTEST ACC\tSAMPLES/S\tPEERS\tMERGES\tAPI\tSTATE")
 	for _, r := range rows {
 		state := "running"
 		if !r.Alive {
@@ -424,8 +506,12 @@ func WriteTable(w io.Writer, rows []Row) {
 		if len(peer) > 12 {
 			peer = "…" + peer[len(peer)-8:]
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%gx\t%d\t%.4f\t%s\t%.0f\t%d\t%d\t%s\t%s\n", r.Index, peer, r.Slowdown, r.Step, r.Loss,
-			acc, r.SamplesPerSec, r.Peers, r.Merges, r.API, state)
+		run := "-"
+		if r.Run > 0 {
+			run = fmt.Sprintf("%.0f%%", 100*r.Run)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%gx\t%d\t%s\t%.3g\t%.4f\t%s\t%.0f\t%d\t%d\t%s\t%s\n", r.Index, peer, r.Slowdown, r.Step, run,
+			r.LR, r.Loss, acc, r.SamplesPerSec, r.Peers, r.Merges, r.API, state)
 	}
 	tw.Flush()
 }

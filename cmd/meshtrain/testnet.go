@@ -1,11 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/testnet"
 )
 
@@ -37,7 +41,9 @@ func testnetUp(ctx context.Context, e *env, args []string) int {
 	slow := fs.String("slowdowns", "2,2,4,8", "per-node slowdown factors (a shorter list repeats; empty: all 1)")
 	dir := fs.String("dir", "./meshtrain-testnet", "folder for the nodes' data dirs, logs and state")
 	detach := fs.Bool("detach", false, "start the nodes in the background and return; stop them with 'meshtrain testnet down'")
+	resume := fs.Bool("resume", false, "resume the runs the nodes' data dirs hold (default: every node starts a fresh run)")
 	every := fs.Duration("every", 2*time.Second, "refresh interval of the summary table")
+	settle := fs.Duration("settle", 30*time.Second, "longest wait for the nodes to find each other before training starts")
 	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
@@ -45,24 +51,69 @@ func testnetUp(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return usageError(e, "%v", err)
 	}
-	if *every <= 0 {
-		return usageError(e, "--every must be > 0")
+	if *every <= 0 || *settle <= 0 {
+		return usageError(e, "--every and --settle must be > 0")
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return failure(e, err)
 	}
-	cfg := testnet.Config{Binary: exe, Dir: *dir, Nodes: *nodes, Slowdowns: slowdowns, NodeArgs: fs.Args(), Detach: *detach}
+	cfg := testnet.Config{Binary: exe, Dir: *dir, Nodes: *nodes, Slowdowns: slowdowns, NodeArgs: fs.Args(), Detach: *detach,
+		Gate: true, Fresh: !*resume, Threads: 1}
 	if err := cfg.Validate(); err != nil {
 		return usageError(e, "%v", err)
 	}
-	fmt.Fprintf(e.stdout, "starting %d nodes in %s (logs: %s/node-N.log)\n", *nodes, *dir, *dir)
+	if testnet.RunningDetached(*dir) {
+		return failure(e, fmt.Errorf("a testnet started with --detach still runs in %s: stop it with 'meshtrain testnet down --dir %s' "+
+			"or pick another --dir", *dir, *dir))
+	}
+	if _, given := flagValue(cfg.NodeArgs, "base-step"); !given && len(slowdowns) > 0 {
+		// One base step for every node, measured alone before they start,
+		// so the slowdowns are the speed ratios they say (as in the bench).
+		dataset, _ := flagValue(cfg.NodeArgs, "dataset")
+		dataPath, _ := flagValue(cfg.NodeArgs, "data")
+		model, _ := flagValue(cfg.NodeArgs, "model")
+		batchFlag, _ := flagValue(cfg.NodeArgs, "batch")
+		d := node.DefaultConfig()
+		batch, err := strconv.Atoi(cmp.Or(batchFlag, strconv.Itoa(d.Train.Batch)))
+		if err != nil {
+			return usageError(e, "--batch %q: %v", batchFlag, err)
+		}
+		fmt.Fprintf(e.stdout, "calibrating the base step the slowdowns multiply (one thread, alone)...\n")
+		if cfg.BaseStep, err = testnet.CalibrateBaseStep(cmp.Or(dataset, d.Dataset), dataPath, cmp.Or(model, d.Train.Model), batch); err != nil {
+			return failure(e, err)
+		}
+	}
+	what := "fresh runs"
+	if *resume {
+		what = "resuming their data dirs"
+	}
+	fmt.Fprintf(e.stdout, "starting %d nodes in %s, %s (logs: %s/node-N.log); base step %v\n", *nodes, *dir, what, *dir,
+		cfg.BaseStep.Round(time.Microsecond))
 	tn, err := testnet.Up(ctx, cfg)
 	if err != nil {
 		return failure(e, err)
 	}
 	for _, m := range tn.Members {
 		fmt.Fprintf(e.stdout, "node %d  %s  slowdown %gx  API http://%s\n", m.Index, m.PeerID, m.Slowdown, m.API)
+	}
+	seen, err := tn.Release(ctx, *settle)
+	if err != nil {
+		if !*detach {
+			tn.Stop(30 * time.Second)
+		}
+		return failure(e, err)
+	}
+	var short []string
+	for i, k := range seen {
+		if k < *nodes-1 {
+			short = append(short, fmt.Sprintf("node %d sees %d", i, k))
+		}
+	}
+	if len(short) > 0 {
+		fmt.Fprintf(e.stdout, "training starts although not every node sees the others after %v (%s)\n", *settle, strings.Join(short, ", "))
+	} else {
+		fmt.Fprintf(e.stdout, "every node sees the other %d: training starts\n", *nodes-1)
 	}
 	if *detach {
 		fmt.Fprintf(e.stdout, "detached; dashboards at the API addresses above; stop with: meshtrain testnet down --dir %s\n", *dir)
@@ -72,22 +123,57 @@ func testnetUp(ctx context.Context, e *env, args []string) int {
 	done := tn.Done()
 	tick := time.NewTicker(*every)
 	defer tick.Stop()
+	interrupted := false
+loop:
 	for {
 		select {
 		case <-ctx.Done():
 			fmt.Fprintln(e.stdout, "stopping...")
 			tn.Stop(30 * time.Second)
-			testnet.WriteTable(e.stdout, tn.Summary())
-			return exitOK
+			interrupted = true
+			break loop
 		case <-done:
-			testnet.WriteTable(e.stdout, tn.Summary())
-			fmt.Fprintln(e.stdout, "every node has exited")
-			return exitOK
+			break loop
 		case <-tick.C:
 			fmt.Fprintln(e.stdout)
 			testnet.WriteTable(e.stdout, tn.Summary())
 		}
 	}
+	<-done
+	fmt.Fprintln(e.stdout)
+	testnet.WriteTable(e.stdout, tn.Summary())
+	fmt.Fprintln(e.stdout)
+	outs := tn.Outcomes(interrupted)
+	testnet.WriteOutcomes(e.stdout, outs)
+	var failed []string
+	for _, o := range outs {
+		if !o.OK() {
+			failed = append(failed, fmt.Sprintf("node %d %s", o.Index, o.Problem))
+		}
+	}
+	switch {
+	case len(failed) > 0:
+		return failure(e, fmt.Errorf("%d of %d nodes did not end well: %s", len(failed), len(outs), strings.Join(failed, "; ")))
+	case interrupted:
+		fmt.Fprintf(e.stdout, "interrupted: every node saved its progress; 'meshtrain testnet up --resume' continues the run\n")
+	default:
+		fmt.Fprintf(e.stdout, "every node finished the run\n")
+	}
+	return exitOK
+}
+
+// flagValue finds --name V or --name=V (one or two dashes) in args.
+func flagValue(args []string, name string) (string, bool) {
+	for i, a := range args {
+		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v, true
+		}
+		if a == name && i+1 < len(args) {
+			return args[i+1], true
+		}
+	}
+	return "", false
 }
 
 func testnetDown(e *env, args []string) int {
