@@ -27,6 +27,7 @@ image: build
 # A heterogeneous 4-node swarm in docker-compose; dashboards on
 # http://127.0.0.1:8081 ... 8084.
 testnet: image
+	$(COMPOSE) -f $(COMPOSE_FILE) -p meshtrain down -v --remove-orphans >/dev/null 2>&1 || true
 	$(COMPOSE) -f $(COMPOSE_FILE) -p meshtrain up -d
 	@echo "dashboards: http://127.0.0.1:8081 http://127.0.0.1:8082 http://127.0.0.1:8083 http://127.0.0.1:8084"
 	@echo "status:     bin/meshtrain status --api 127.0.0.1:8081; stop with: make testnet-down"

@@ -52,8 +52,13 @@ type AnnounceConfig struct {
 	MaxPeers int
 	// OnReject, Counters and Logger as in Config.
 	OnReject RejectFunc
-	Counters *Counters
-	Logger   *slog.Logger
+	// OnForeign, if set, is told of every announcement for another
+	// fingerprint: a peer of our network training another model or run.
+	// Such a peer is not faulty, so it is counted (ReasonFingerprint) but
+	// not passed to OnReject.
+	OnForeign func(peer.ID)
+	Counters  *Counters
+	Logger    *slog.Logger
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
 }
@@ -264,7 +269,14 @@ func (a *Announcer) validate(_ context.Context, _ peer.ID, msg *pubsub.Message) 
 		err = a.table.admit(signer, a.now())
 	}
 	if err != nil {
-		if signer != a.h.ID() {
+		switch {
+		case signer == a.h.ID():
+		case errors.Is(err, ErrFingerprint):
+			a.counters.Reject(ReasonFingerprint)
+			if a.cfg.OnForeign != nil {
+				a.cfg.OnForeign(signer)
+			}
+		default:
 			a.rj.reject(signer, err)
 		}
 		if VerdictOf(err) == Ignore {

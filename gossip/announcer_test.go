@@ -106,10 +106,16 @@ func TestAnnounceHostile(t *testing.T) {
 	cfg.FreshWindow = time.Hour
 	var mu sync.Mutex
 	var rejected []Reason
+	var foreigners []peer.ID
 	cfg.OnReject = func(p peer.ID, r Reason) {
 		mu.Lock() // validators run concurrently
 		defer mu.Unlock()
 		rejected = append(rejected, r)
+	}
+	cfg.OnForeign = func(p peer.ID) {
+		mu.Lock()
+		defer mu.Unlock()
+		foreigners = append(foreigners, p)
 	}
 	victim, err := NewAnnouncer(victimHost, newPubSub(t, victimHost), cfg, nil)
 	if err != nil {
@@ -191,8 +197,16 @@ func TestAnnounceHostile(t *testing.T) {
 		if r == ReasonNone {
 			t.Error("hook told of a non-reason")
 		}
+		// A peer training another model or run is not at fault: it is
+		// counted and told to OnForeign, never judged.
+		if r == ReasonFingerprint {
+			t.Error("reject hook told of an announcement for another fingerprint")
+		}
 	}
-	if len(rejected) < 6 {
+	if len(rejected) < 5 {
 		t.Errorf("reject hook heard %d rejections", len(rejected))
+	}
+	if len(foreigners) != 1 || foreigners[0] != atkHost.ID() {
+		t.Errorf("foreign hook heard %v, want the attacker once", foreigners)
 	}
 }

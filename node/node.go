@@ -195,7 +195,9 @@ func (n *Node) startMesh(ctx context.Context) error {
 	ex.Counters, ex.Logger = &n.counters, n.baseLog
 	ex.OnReceive = n.receive
 	n.armAdversary(&ex)
-	ex.OnReject = n.onReject
+	if n.trust != nil {
+		ex.OnReject = n.onReject
+	}
 	if n.cfg.MaxUpload > 0 {
 		ex.UploadLimiter = gossip.NewUploadLimiter(n.cfg.MaxUpload)
 	}
@@ -218,7 +220,10 @@ func (n *Node) startMesh(ctx context.Context) error {
 	ac := n.cfg.Announce
 	ac.Network, ac.Fingerprint = n.cfg.Host.Network, n.fp
 	ac.Counters, ac.Logger = &n.counters, n.baseLog
-	ac.OnReject = n.onReject
+	if n.trust != nil {
+		ac.OnReject = n.onReject
+	}
+	ac.OnForeign = func(p peer.ID) { n.otherFP.note(p, time.Now()) }
 	if n.ann, err = gossip.NewAnnouncer(n.host, n.ps, ac, n.announcement); err != nil {
 		return err
 	}
@@ -251,7 +256,7 @@ func (n *Node) announcement() gossip.Announcement {
 	s := n.trainer.Stats()
 	return gossip.Announcement{Step: s.Steps, Progress: float64(s.Progress), Loss: f64(&n.lastLoss),
 		Accuracy: f64(&n.lastAcc), SamplesPerSec: s.SamplesPerSec, Mode: string(n.cfg.Mode),
-		Samples: float64(s.Samples), RunSamples: n.clock.value(time.Now(), float64(s.Samples))}
+		Samples: float64(s.Samples), RunSamples: n.runPosition(time.Now(), float64(s.Samples))}
 }
 
 func f64(a *atomic.Uint64) float64       { return math.Float64frombits(a.Load()) }
@@ -298,7 +303,7 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 	defer ck.close()
 	state := func() checkpointState {
 		s := t.State()
-		return checkpointState{State: s, clock: n.clock.value(time.Now(), float64(s.Samples))}
+		return checkpointState{State: s, clock: n.runPosition(time.Now(), float64(s.Samples))}
 	}
 	if n.st != nil && n.cfg.Fresh {
 		// A fresh run's first checkpoint supersedes the old run at once, so a
@@ -341,7 +346,7 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 	res := &Result{Trainer: t, Test: n.test}
 	startStats := t.Stats()
 	own := float64(startStats.Samples)
-	startClock := n.clock.value(began, own)
+	startClock := n.runPosition(began, own)
 	lastReport, lastCkpt, lastEval := began, began, began
 	var lossEMA float64
 	var seen int
@@ -361,7 +366,7 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 	}
 	reason := ""
 	for {
-		clock := n.clock.value(time.Now(), own)
+		clock := n.runPosition(time.Now(), own)
 		if reason = stop(clock); reason != "" {
 			break
 		}
@@ -423,7 +428,7 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 		}
 		if now.Sub(lastReport) >= n.cfg.ReportEvery {
 			s := t.Stats()
-			clock := n.clock.value(now, own)
+			clock := n.runPosition(now, own)
 			e := Event{Event: "progress", Step: s.Steps, Epoch: s.Epoch, Progress: float64(s.Progress), Loss: lossEMA,
 				Merges: n.merges.Load(), LR: stats.LR, RunSamples: clock, RunTotal: n.runTotal}
 			if n.ann != nil {

@@ -95,7 +95,7 @@ func (n *Node) Status() Status {
 		}
 	}
 	st.Run = RunStatus{Epochs: n.cfg.Epochs, TotalSamples: n.runTotal, OwnSamples: float64(s.Samples),
-		Samples: n.clock.value(time.Now(), float64(s.Samples)), LR: f64(&n.lastLR), Schedule: n.trainer.Schedule().String(),
+		Samples: n.runPosition(time.Now(), float64(s.Samples)), LR: f64(&n.lastLR), Schedule: n.trainer.Schedule().String(),
 		ClockClamped: n.clock.clampedTotal()}
 	if n.runTotal > 0 {
 		st.Run.Fraction = min(1, st.Run.Samples/n.runTotal)

@@ -197,12 +197,8 @@ func reasonVerdict(r gossip.Reason) (reputation.Verdict, bool) {
 	return 0, false
 }
 
-// onReject is the gossip protocols' RejectFunc: trust's verdicts, and the
-// peers of another run for the lone-node diagnosis.
+// onReject is the gossip protocols' RejectFunc.
 func (n *Node) onReject(p peer.ID, r gossip.Reason) {
-	if r == gossip.ReasonFingerprint && p != "" && p != n.id {
-		n.otherFP.note(p, time.Now())
-	}
 	if v, ok := reasonVerdict(r); ok && p != "" && p != n.id {
 		n.verdict(p, v)
 	}

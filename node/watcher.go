@@ -126,3 +126,15 @@ func (n *Node) Alone() *Alone {
 	c := *a
 	return &c
 }
+
+// runPosition is the run clock at now, given our own samples. In sync mode
+// it is the group model's progress instead: every member's batch of every
+// round, the same on every member after a round, so the whole group ends
+// the run at the same round rather than leaving its last members waiting
+// for one that stopped first.
+func (n *Node) runPosition(now time.Time, own float64) float64 {
+	if n.sync != nil {
+		return float64(n.trainer.Stats().Progress)
+	}
+	return n.clock.value(now, own)
+}

@@ -64,11 +64,18 @@ type HostileConfig struct {
 	// comparison.
 	Baseline bool
 	// Dataset, DataPath and Model are every node's; shards are iid
-	// (--shard i/Nodes). Training runs with no end (--epochs 0) at a
-	// constant learning rate, stopped after Duration.
+	// (--shard i/Nodes). Every other setting is the node's default, but
+	// two: training runs with no end (--epochs 0) at a constant learning
+	// rate, stopped after Duration, because the suite compares each
+	// attacked swarm with the all-honest one at the same wall time (a run
+	// that ends by itself would end at another time in each swarm: an
+	// attacker's samples move the run clock too); and AvgInterval.
 	Dataset, DataPath, Model string
-	// AvgInterval is the wall time between the merges a node starts:
-	// shorter means more exchanges, so verdicts come sooner.
+	// AvgInterval is the wall time between the merges a node starts. The
+	// suite's default is 5x the node's: with up to 10 nodes on 2 cores,
+	// every honest node vetting a model (clipping, holdout validation)
+	// every 50 ms would saturate the machine and the comparison would
+	// measure the load.
 	AvgInterval time.Duration
 	// Threads per node (GOMAXPROCS).
 	Threads int
@@ -526,7 +533,7 @@ func (h *hostile) nodeArgs(net, startFile string) []string {
 	c := h.cfg
 	args := []string{"--no-data-dir", "--log-level", "warn", "--network", net, "--seed", "1",
 		"--dataset", c.Dataset, "--model", c.Model, "--epochs", "0", "--schedule", "const", "--threads", strconv.Itoa(c.Threads),
-		"--announce-interval", "1s", "--avg-interval", c.AvgInterval.String(), "--eval-every", "5s",
+		"--avg-interval", c.AvgInterval.String(), "--eval-every", "5s",
 		"--checkpoint-every", "0", "--start-file", startFile}
 	if c.DataPath != "" {
 		args = append(args, "--data", c.DataPath)
