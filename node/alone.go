@@ -128,7 +128,14 @@ func (o *otherRuns) note(p peer.ID, now time.Time) {
 		o.peers = map[peer.ID]time.Time{}
 	}
 	if _, ok := o.peers[p]; !ok && len(o.peers) >= otherRunsMax {
-		return
+		for q, at := range o.peers {
+			if now.Sub(at) > otherRunsTTL {
+				delete(o.peers, q)
+			}
+		}
+		if len(o.peers) >= otherRunsMax {
+			return
+		}
 	}
 	o.peers[p] = now
 }

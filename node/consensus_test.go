@@ -42,13 +42,20 @@ type swarmRun struct {
 }
 
 // swarmConfig is node i of n: its own shard i/n and data order, trained
-// for swarmSteps steps with a cosine schedule that ends with them.
+// for swarmSteps steps with a cosine schedule that ends with them. The
+// schedule reads the run clock, which in gossip mode counts every node's
+// samples (n x swarmSteps batches in all) and in local mode, where no node
+// hears another, only the node's own.
 func swarmConfig(mode node.Mode, i, n int) node.Config {
 	cfg := meshConfig("consensus-" + string(mode))
 	cfg.Mode = mode
 	cfg.MaxSteps = swarmSteps
 	cfg.Train.Model = swarmModel
-	cfg.Train.Schedule = fmt.Sprintf("cosine:total=%d", swarmSteps*cfg.Train.Batch)
+	total := swarmSteps * cfg.Train.Batch
+	if mode == node.ModeGossip {
+		total *= n
+	}
+	cfg.Train.Schedule = fmt.Sprintf("cosine:total=%d", total)
 	cfg.Train.BaseStep = swarmStep / 10
 	cfg.Train.Slowdown = 10
 	cfg.Train.Shard = fmt.Sprintf("%d/%d", i, n)

@@ -43,8 +43,9 @@ const (
 	clockHorizon = 2 * time.Second
 	// clockMaxRate bounds any rate read from an announcement, samples/s.
 	clockMaxRate = 1e9
-	// clockMaxPeers bounds the table. A peer pushed out has its count
-	// folded into a retired sum, so it still counts.
+	// clockMaxPeers bounds the table. Peers beyond it are not counted one
+	// by one (evicting one to make room would count it twice when it came
+	// back); the median floor of the estimates still carries them.
 	clockMaxPeers = 4096
 )
 
@@ -65,9 +66,8 @@ type clockPeer struct {
 }
 
 type runClock struct {
-	mu      sync.Mutex
-	peers   map[peer.ID]clockPeer
-	retired float64 // counts of peers pushed out of the table
+	mu    sync.Mutex
+	peers map[peer.ID]clockPeer
 	// floor is the median of the fresh estimates heard at floorAt, and
 	// floorRate the swarm's rate then (to extrapolate it); base a lower
 	// bound carried over from a checkpoint.
@@ -93,6 +93,10 @@ func newRunClock(base float64) *runClock {
 func (c *runClock) observe(now time.Time, ownRate float64, obs []clockObservation) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !valid(ownRate) {
+		ownRate = 0
+	}
+	ownRate = min(ownRate, clockMaxRate)
 	var rates, estimates []float64
 	if ownRate > 0 {
 		rates = append(rates, ownRate)
@@ -144,7 +148,7 @@ func (c *runClock) observe(now time.Time, ownRate float64, obs []clockObservatio
 			}
 		}
 		if !known && len(c.peers) >= clockMaxPeers {
-			c.evictOldest()
+			continue
 		}
 		c.peers[o.Peer] = clockPeer{samples: samples, rate: rate, seen: o.Seen}
 	}
@@ -164,24 +168,12 @@ func othersEstimates(obs []clockObservation, p peer.ID) []float64 {
 	return out
 }
 
-func (c *runClock) evictOldest() {
-	var oldest peer.ID
-	var at time.Time
-	for p, cp := range c.peers {
-		if oldest == "" || cp.seen.Before(at) {
-			oldest, at = p, cp.seen
-		}
-	}
-	c.retired += c.peers[oldest].samples
-	delete(c.peers, oldest)
-}
-
 // value is the run clock at now, given the samples we have processed in
 // this run (own). It never falls.
 func (c *runClock) value(now time.Time, own float64) float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	sum := max(own, 0) + c.retired
+	sum := max(own, 0)
 	for _, p := range c.peers {
 		sum += p.samples + p.rate*extrapolation(now.Sub(p.seen))
 	}

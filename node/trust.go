@@ -31,7 +31,10 @@ type TrustConfig struct {
 	Enabled bool
 	// Reputation are the scoring parameters and thresholds.
 	Reputation reputation.Params
-	// Radius tunes the adaptive clipping radius and the outlier test.
+	// Radius tunes the adaptive clipping radius. Its OutlierScale sets the
+	// outlier test, which compares a model's distance with the latest
+	// distances of the other peers' models (see spread.go), not with the
+	// radius's window.
 	Radius averaging.RadiusConfig
 	// Holdout is how many samples of the local shard candidate merges are
 	// validated on (in-sample: they stay in the training shard).
@@ -54,7 +57,8 @@ type TrustConfig struct {
 
 // DefaultTrustConfig is on, tuned so that honest peers with label-skewed
 // data and slow, stale models are clipped rather than punished: only a
-// model 20 median distances away is an outlier (sign-flipped, scaled and
+// model 20 times farther than the median of the other peers' models is an
+// outlier (sign-flipped, scaled and
 // noise models lie far beyond that), an implausible model
 // costs little (-2: the holdout is a sample of our own shard, so a peer
 // trained on other labels scores worse on it), and a far
@@ -143,6 +147,7 @@ type trust struct {
 
 	local, cand []float32         // scratch: our model, a candidate merge
 	accepted    map[peer.ID]int64 // merges accepted per peer
+	spread      peerSpread        // the outlier test; see spread.go
 
 	refusedOutlier, refusedLoss, refusedNonFinite, refusedIgnored atomic.Int64
 	clipped, validated                                            atomic.Int64
@@ -310,10 +315,10 @@ func (n *Node) vet(from peer.ID, remote *params.Snapshot) (ok, clipped bool) {
 		n.verdict(from, reputation.NonFinite)
 		return false, false
 	}
-	if v.Outlier {
+	if t.spread.outlier(from, v.Distance, t.cfg.Radius.OutlierScale, time.Now()) {
 		t.refusedOutlier.Add(1)
 		n.verdict(from, reputation.Outlier)
-		n.log.Debug("merge refused: outlier", "peer", from, "distance", v.Distance, "median", t.radius.Median())
+		n.log.Debug("merge refused: outlier", "peer", from, "distance", v.Distance)
 		return false, false
 	}
 	ownLoss := math.NaN() // computed once, if a check needs it

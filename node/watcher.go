@@ -133,7 +133,7 @@ func (n *Node) Alone() *Alone {
 // the run at the same round rather than leaving its last members waiting
 // for one that stopped first.
 func (n *Node) runPosition(now time.Time, own float64) float64 {
-	if n.sync != nil {
+	if n.cfg.Mode == ModeSync && !n.cfg.Offline {
 		return float64(n.trainer.Stats().Progress)
 	}
 	return n.clock.value(now, own)

@@ -1,0 +1,68 @@
+package node
+
+import (
+	"math"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// peerSpread decides which remote models are outliers by comparing a
+// model's distance from ours with the latest distances of the other peers'
+// models: one vote per peer, so a peer that sends many models (a flooder)
+// weighs no more than one that sends few, and a model is an outlier only
+// when it is many times farther than what the other peers send now.
+//
+// Comparing with recent accepted merges instead (the clipping radius's
+// window) locks a node out when every honest distance grows at once: in a
+// learning-rate warmup the first merges are of near-identical models, the
+// distances then grow more than the outlier factor within a second, every
+// merge is refused, the window never moves again, and the node bans its
+// honest peers one by one.
+//
+// It is pure (the caller passes the time) and belongs to the averager
+// goroutine.
+type peerSpread struct {
+	latest map[peer.ID]spreadEntry
+}
+
+type spreadEntry struct {
+	d  float64
+	at time.Time
+}
+
+const (
+	// spreadTTL: a peer's distance counts this long after it was seen.
+	spreadTTL = 30 * time.Second
+	// spreadMinPeers: other peers needed for the comparison; with fewer
+	// there is no majority to compare with, and no model is an outlier.
+	spreadMinPeers = 2
+	// spreadMaxPeers bounds the table (stale entries are dropped first).
+	spreadMaxPeers = 4096
+)
+
+// outlier reports whether a model from p at distance d is more than scale
+// times the median latest distance of the other peers, then records d as
+// p's latest. A distance that is not a finite number >= 0 is an outlier.
+func (s *peerSpread) outlier(p peer.ID, d, scale float64, now time.Time) bool {
+	if !(d >= 0) || math.IsInf(d, 1) {
+		return true
+	}
+	if s.latest == nil {
+		s.latest = map[peer.ID]spreadEntry{}
+	}
+	others := make([]float64, 0, len(s.latest))
+	for q, e := range s.latest {
+		switch {
+		case now.Sub(e.at) > spreadTTL:
+			delete(s.latest, q)
+		case q != p:
+			others = append(others, e.d)
+		}
+	}
+	out := len(others) >= spreadMinPeers && d > scale*median(others)
+	if _, ok := s.latest[p]; ok || len(s.latest) < spreadMaxPeers {
+		s.latest[p] = spreadEntry{d: d, at: now}
+	}
+	return out
+}
