@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -580,6 +581,15 @@ func (n *Node) round(ctx context.Context, rng *rand.Rand, last peer.ID, send fun
 	if n.cfg.CatchUp > 0 && best.Progress-float64(own) > n.cfg.CatchUp {
 		n.catchUp(ctx, best, send)
 		return best.Peer
+	}
+	// A peer that far behind will pull a model itself (a node that just
+	// joined or restarted): exchanging with it now would only bring us its
+	// untrained model, which the trust checks would hold against it.
+	if n.cfg.CatchUp > 0 {
+		peers = slices.DeleteFunc(peers, func(p gossip.PeerInfo) bool { return float64(own)-p.Progress > n.cfg.CatchUp })
+		if len(peers) == 0 {
+			return last
+		}
 	}
 	// Partner policy: uniform among fresh peers training the same model,
 	// avoiding the previous partner when there is a choice, so models mix
