@@ -132,6 +132,15 @@ func printStatus(w io.Writer, st api.StatusResponse, now time.Time) {
 	row("network", "%s (mode %s)", st.Network, mode)
 	row("version", "%s", st.Version)
 	row("fingerprint", "%.12s", st.Fingerprint)
+	if a := st.Alone; a != nil {
+		row("ALONE", "%s (for %s)", a.Message, secs(a.SinceS))
+	}
+	if r := st.Run; r.TotalSamples > 0 {
+		row("run", "%.1f%% of %g epochs (%s of %s samples, %s of them ours), lr %.4g", 100*r.Fraction, r.Epochs,
+			count(r.Samples), count(r.TotalSamples), count(r.OwnSamples), r.LR)
+	} else {
+		row("run", "no end (%s samples, %s of them ours), lr %.4g", count(r.Samples), count(r.OwnSamples), r.LR)
+	}
 	row("step", "%s (epoch %d)", count(float64(st.Step)), st.Epoch)
 	row("progress", "%s samples", count(st.Progress))
 	row("loss", "%s", decimal(st.Loss, 4))
@@ -157,7 +166,7 @@ func printStatus(w io.Writer, st api.StatusResponse, now time.Time) {
 			secs(now.Sub(m.Time).Seconds()))
 	}
 	if c := st.LastCheckpoint; c != nil {
-		row("checkpoint", "#%d at step %s, %s ago", c.ID, count(float64(c.Step)), secs(now.Sub(c.Created).Seconds()))
+		row("checkpoint", "#%d at step %s, %s, %s ago", c.ID, count(float64(c.Step)), size(float64(c.Size)), secs(now.Sub(c.Created).Seconds()))
 	}
 	for i, a := range st.Addrs {
 		k := ""
