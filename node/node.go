@@ -479,7 +479,7 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 	send(Event{Event: "final", Step: s.Steps, Epoch: s.Epoch, Progress: float64(s.Progress), Loss: lossEMA,
 		TestAccuracy: &r.Accuracy, TestLoss: r.Loss, SamplesPerSec: s.SamplesPerSec, Fingerprint: n.fp.String(),
 		Merges: n.merges.Load(), RunSamples: status.Run.Samples, RunTotal: n.runTotal, Status: &status,
-		Message: stopMessage(reason, status.Run)})
+		Message: stopMessage(reason, status.Run, n.st != nil)})
 	return res, nil
 }
 
@@ -492,7 +492,7 @@ const (
 	StopInterrupted = "interrupted"
 )
 
-func stopMessage(reason string, r RunStatus) string {
+func stopMessage(reason string, r RunStatus, saved bool) string {
 	switch reason {
 	case StopRunComplete:
 		return fmt.Sprintf("run complete: %.0f samples trained by the swarm (%g epochs)", r.Samples, r.Epochs)
@@ -502,6 +502,9 @@ func stopMessage(reason string, r RunStatus) string {
 		return "stopped: --max-steps reached"
 	case StopDuration:
 		return "stopped: --duration reached"
+	}
+	if !saved {
+		return "interrupted (no data dir: nothing is saved)"
 	}
 	return "interrupted: progress is saved; run the same command again to resume"
 }

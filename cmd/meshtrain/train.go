@@ -157,9 +157,6 @@ func runNode(ctx context.Context, e *env, f *runFlags, cfg node.Config, before f
 			fmt.Fprintf(e.stdout, "saved model to %s\n", f.save)
 		}
 	}
-	if ctx.Err() != nil && !f.jsonOut {
-		fmt.Fprintln(e.stdout, "interrupted: progress is saved; run the same command again to resume")
-	}
 	return exitOK
 }
 
@@ -241,6 +238,9 @@ func eventPrinter(w io.Writer, asJSON bool) func(node.Event) {
 			fmt.Fprintf(w, "step %6d  epoch %d  loss %.4f%s%s%s%s\n", ev.Step, ev.Epoch, ev.Loss, speed, acc, mesh, eta)
 		case "final":
 			fmt.Fprintf(w, "done: step %d, %.1fs%s\n", ev.Step, ev.Elapsed, acc)
+			if ev.Message != "" {
+				fmt.Fprintln(w, ev.Message)
+			}
 		}
 	}
 }
