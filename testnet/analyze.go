@@ -7,8 +7,12 @@ import (
 )
 
 // analyzeRun fills a run's figures from its traces: times and samples to
-// target, accuracy at the fixed wall time, throughput, efficiency, busy
-// fraction and the counters per node. Traces must be ordered by node.
+// target, accuracy and the run clock at the fixed wall time, throughput
+// over it, efficiency, busy fraction and the counters per node. Traces
+// must be ordered by node. A node that ended before fixedWallS counts with
+// its final model and its final counts (AccuracyAt and SamplesAt hold a
+// trace's last snapshot, which is the one it took as it stopped). The wall
+// time and how the nodes ended are the harness's to fill.
 func analyzeRun(run *Run, target, fixedWallS float64, solo []float64) {
 	tr := run.Traces
 	n := len(tr)
@@ -25,12 +29,7 @@ func analyzeRun(run *Run, target, fixedWallS float64, solo []float64) {
 		run.FirstNodeTimeS = &first
 	}
 	run.FixedWallS = fixedWallS
-	run.WallS = 0
-	for _, t := range tr {
-		if len(t.Points) > 0 {
-			run.WallS = max(run.WallS, t.Points[len(t.Points)-1].T)
-		}
-	}
+	run.RunClockAtFixedWall = RunClockAt(*run, fixedWallS)
 	run.FinalAccuracy = make([]float64, n)
 	run.NodeSamplesPerS = make([]float64, n)
 	run.BusyFraction = make([]float64, n)
@@ -116,7 +115,11 @@ func summarize(res *Results) {
 			if r.TimeToTargetS != nil {
 				s.Reached++
 			}
+			if r.End == EndCap {
+				s.Capped++
+			}
 		}
+		s.WallS = medianOf(runs, func(r *Run) *float64 { return &r.WallS })
 		s.TimeToTargetS = medianOf(runs, func(r *Run) *float64 { return r.TimeToTargetS })
 		s.FirstNodeTimeS = medianOf(runs, func(r *Run) *float64 { return r.FirstNodeTimeS })
 		s.SamplesToTarget = medianOf(runs, func(r *Run) *float64 { return r.SamplesToTarget })

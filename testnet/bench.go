@@ -1,11 +1,11 @@
 package testnet
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -24,6 +24,15 @@ import (
 // BenchConfig describes a benchmark: one swarm shape, every mode, several
 // seeds, on this machine. DefaultBenchConfig fills every field; Validate
 // reports every bad one at once.
+//
+// Gossip runs as a node does by default: the training and gossip settings
+// below start at node.DefaultConfig's values, and a node is given a flag for
+// one of them only when it differs from that default, so a default
+// benchmark measures exactly what `meshtrain node` does. gossip-const is the
+// same with --staleness const, local the same with --mode local. Every such
+// run ends by itself (the node's --epochs, counted on the run clock). Its
+// wall time on the tuning seed, W, is the budget of sync, which keeps a
+// learning rate and a run length of its own (see RunBench).
 type BenchConfig struct {
 	// Binary is the meshtrain executable the nodes run.
 	Binary string
@@ -37,43 +46,59 @@ type BenchConfig struct {
 	// Target is the test accuracy the times to target are measured at.
 	Target float64
 	// Seeds is how many seeds the report covers (1, 2, ...). TuneSeed is
-	// the separate seed the learning rates are chosen on.
+	// the separate seed the learning rates and W are measured on.
 	Seeds    int
 	TuneSeed uint64
 	// Dataset (mnist or synthetic), an optional IDX folder, and the
 	// Dirichlet alpha of label-skewed shards (0: iid).
 	Dataset, DataPath string
 	NonIID            float64
-	// Model, Batch and Schedule are the trainer's, the same for every mode.
-	Model    string
-	Batch    int
-	Schedule string
-	// Anneal: the report runs decay each mode's learning rate to zero at
-	// the end of the run (cosine over the progress the mode's tuning run
-	// had reached by then), as a training budgeted to Duration would; the
-	// tuning runs use Schedule. Only tuned modes can be annealed.
-	Anneal bool
+	// Model and Batch are the trainer's, the same for every mode.
+	Model string
+	Batch int
 	// Modes to run, of AllModes.
 	Modes []string
-	// LRGrid is the learning rates tried for every mode but sync, which
-	// tries SyncLRGrid (its effective batch is Nodes x Batch). A mode in
-	// FixedLR skips tuning.
+
+	// LR is the learning rate of every mode but sync that is neither
+	// tuned (Tune) nor fixed (FixedLR): the node's default.
+	LR float64
+	// Epochs is the length of every run that ends by itself (node
+	// --epochs): passes over the whole training set on the run clock, every
+	// node's samples added up. > 0: gossip's run must end for W to exist.
+	Epochs float64
+	// Schedule is the learning-rate schedule over such a run, sync's
+	// report runs included; sync's tuning runs use a constant rate.
+	Schedule string
+	// Gossip settings: merge interval, base weight, staleness decay and the
+	// precision of the models sent (fp32 or fp16). Sync and local ignore
+	// them.
+	AvgInterval time.Duration
+	Alpha       float64
+	Staleness   string
+	WireDType   string
+
+	// LRGrid is the learning rates a mode in Tune (not sync) is tried at;
+	// sync is tried at SyncLRGrid (its effective batch is Nodes x Batch).
+	// A mode in FixedLR uses that rate instead; sync then still makes one
+	// tuning run at it when BudgetSync, to measure its run clock at W.
 	LRGrid, SyncLRGrid []float64
+	Tune               []string
 	FixedLR            map[string]float64
-	// Duration is each run's wall time from the common start; the final
-	// accuracy is read there.
-	Duration time.Duration
+	// BudgetSync: sync's report runs are budgeted to W: their --epochs is
+	// the run clock sync's tuning run at the chosen rate had reached at W,
+	// with Schedule over it. Without (a quick run), sync's report runs run
+	// as its tuning runs do: a constant rate, no end, stopped at W.
+	BudgetSync bool
+
+	// Cap bounds every run's wall time from the common start: the nodes
+	// still running then are stopped and the run is recorded as capped. A
+	// run that ends by itself normally ends well before.
+	Cap time.Duration
 	// BaseStep is the step time every slowdown multiplies; 0 calibrates it
 	// once, solo, at the start.
 	BaseStep time.Duration
 	// SnapshotEvery is the time resolution of every measurement.
 	SnapshotEvery time.Duration
-	// Gossip settings: merge interval, base weight, staleness decay and the
-	// precision of the models sent (fp32 or fp16).
-	AvgInterval time.Duration
-	Alpha       float64
-	Staleness   string
-	WireDType   string
 	// Threads per node (GOMAXPROCS): 1 keeps the swarm's CPU demand within
 	// the cores the profile assumes.
 	Threads int
@@ -92,10 +117,14 @@ type BenchConfig struct {
 	Progress io.Writer
 }
 
+// QuickEpochs is a quick run's length: about 10 s for the 4-node profile on
+// 2 cores, long enough to pass 95%.
+const QuickEpochs = 8
+
 // DefaultBenchConfig is the full benchmark: MNIST, 4 nodes at 2,2,4,8,
-// 97% test accuracy, 3 seeds, every mode.
+// 97% test accuracy, 3 seeds, every mode, gossip with the node's defaults.
 func DefaultBenchConfig() BenchConfig {
-	d := train.DefaultConfig()
+	d := node.DefaultConfig()
 	return BenchConfig{
 		Out:           "meshtrain-bench",
 		Nodes:         4,
@@ -103,36 +132,39 @@ func DefaultBenchConfig() BenchConfig {
 		Target:        0.97,
 		Seeds:         3,
 		TuneSeed:      1000,
-		Dataset:       node.DatasetMNIST,
-		Model:         d.Model,
-		Batch:         d.Batch,
-		Schedule:      "const",
-		Anneal:        true,
+		Dataset:       d.Dataset,
+		Model:         d.Train.Model,
+		Batch:         d.Train.Batch,
 		Modes:         slices.Clone(AllModes),
+		LR:            d.Train.LR,
+		Epochs:        d.Epochs,
+		Schedule:      d.Train.Schedule,
+		AvgInterval:   d.AvgInterval,
+		Alpha:         d.Merger.Alpha,
+		Staleness:     d.Merger.Staleness.String(),
+		WireDType:     d.Exchange.SendDType.String(),
 		LRGrid:        []float64{0.05, 0.1, 0.2},
 		SyncLRGrid:    []float64{0.1, 0.2, 0.4},
-		Duration:      90 * time.Second,
+		BudgetSync:    true,
+		Cap:           120 * time.Second,
 		SnapshotEvery: 250 * time.Millisecond,
-		AvgInterval:   50 * time.Millisecond,
-		Alpha:         averaging.DefaultAlpha,
-		Staleness:     averaging.DefaultStaleness,
-		WireDType:     "fp16",
 		Threads:       1,
 		Settle:        3 * time.Second,
 	}
 }
 
-// QuickBenchConfig is a smoke run for CI: one seed, learning rates fixed
-// instead of tuned, a lower target and short runs (a few minutes on two
-// cores).
+// QuickBenchConfig is a smoke run for CI: one seed, no tuning (gossip at
+// the node's defaults but a short run, sync at a fixed rate stopped at
+// gossip's wall time), a lower target (a minute or two on two cores).
 func QuickBenchConfig() BenchConfig {
 	c := DefaultBenchConfig()
 	c.Quick = true
 	c.Seeds = 1
 	c.Target = 0.95
-	c.Duration = 15 * time.Second
-	c.FixedLR = map[string]float64{ModeGossip: 0.1, ModeGossipConst: 0.1, ModeSync: 0.1, ModeLocal: 0.1}
-	c.Anneal = false
+	c.Epochs = QuickEpochs
+	c.FixedLR = map[string]float64{ModeSync: 0.1}
+	c.BudgetSync = false
+	c.Cap = time.Minute
 	return c
 }
 
@@ -174,8 +206,14 @@ func (c BenchConfig) Validate() error {
 	if !(c.NonIID >= 0) || math.IsInf(c.NonIID, 0) {
 		bad("non-iid alpha %v must be finite and >= 0", c.NonIID)
 	}
+	if !(c.Epochs > 0 && c.Epochs <= 1e6) {
+		bad("epochs %v not in (0,1000000]: gossip's run must end by itself", c.Epochs)
+	}
+	// The trainer checks the model, batch, rate and schedule; a run that
+	// ends by itself gives the schedule its total (a stand-in here, as in
+	// node.Config.Validate).
 	tc := train.DefaultConfig()
-	tc.Model, tc.Batch, tc.Schedule, tc.Epochs = c.Model, c.Batch, c.Schedule, 0
+	tc.Model, tc.Batch, tc.Schedule, tc.Epochs, tc.RunSamples, tc.LR = c.Model, c.Batch, c.Schedule, 0, max(c.Epochs, 0), c.LR
 	if err := tc.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrBench, err))
 	}
@@ -195,6 +233,19 @@ func (c BenchConfig) Validate() error {
 			bad("learning rate %v for %s not in (0,100]", lr, m)
 		}
 	}
+	for _, m := range c.Tune {
+		_, fixed := c.FixedLR[m]
+		switch {
+		case m == ModeSync:
+			bad("tune %s: sync is always tuned (on its own grid) unless its rate is fixed", m)
+		case !slices.Contains(AllModes, m):
+			bad("tune: unknown mode %q", m)
+		case fixed:
+			bad("mode %s is both tuned and given a fixed learning rate", m)
+		case len(c.LRGrid) == 0:
+			bad("mode %s is tuned on an empty grid", m)
+		}
+	}
 	for _, grid := range [][]float64{c.LRGrid, c.SyncLRGrid} {
 		for _, lr := range grid {
 			if !(lr > 0 && lr <= 100) {
@@ -202,23 +253,17 @@ func (c BenchConfig) Validate() error {
 			}
 		}
 	}
-	for _, m := range c.Modes {
-		_, fixed := c.FixedLR[m]
-		if !fixed && len(c.grid(m)) == 0 {
-			bad("mode %s has neither a fixed learning rate nor a grid", m)
-		}
-		if fixed && c.Anneal {
-			bad("mode %s: annealing needs the mode's tuning runs, not a fixed learning rate", m)
-		}
+	if _, fixed := c.FixedLR[ModeSync]; slices.Contains(c.Modes, ModeSync) && !fixed && len(c.SyncLRGrid) == 0 {
+		bad("sync has neither a fixed learning rate nor a grid")
 	}
-	if c.Duration < time.Second || c.Duration > 24*time.Hour {
-		bad("duration %v not in [1s,24h]", c.Duration)
+	if c.Cap < time.Second || c.Cap > 24*time.Hour {
+		bad("cap %v not in [1s,24h]", c.Cap)
 	}
 	if c.BaseStep < 0 || c.BaseStep > time.Minute {
 		bad("base step %v not in [0,1m]", c.BaseStep)
 	}
-	if c.SnapshotEvery < 10*time.Millisecond || c.SnapshotEvery > c.Duration {
-		bad("snapshot interval %v not in [10ms, duration]", c.SnapshotEvery)
+	if c.SnapshotEvery < 10*time.Millisecond || c.SnapshotEvery > c.Cap {
+		bad("snapshot interval %v not in [10ms, cap]", c.SnapshotEvery)
 	}
 	if c.AvgInterval <= 0 {
 		bad("averaging interval %v must be > 0", c.AvgInterval)
@@ -241,14 +286,6 @@ func (c BenchConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// grid is the learning rates a mode is tuned over.
-func (c BenchConfig) grid(mode string) []float64 {
-	if mode == ModeSync {
-		return c.SyncLRGrid
-	}
-	return c.LRGrid
-}
-
 // slowdowns is one slowdown per node (a shorter list repeats).
 func (c BenchConfig) slowdowns() []float64 {
 	out := make([]float64, c.Nodes)
@@ -267,13 +304,50 @@ func (c BenchConfig) reportSeeds() []uint64 {
 	return out
 }
 
+// tuned reports whether a mode's learning rate is chosen on a grid.
+func (c BenchConfig) tuned(mode string) bool {
+	if _, fixed := c.FixedLR[mode]; fixed {
+		return false
+	}
+	return mode == ModeSync || slices.Contains(c.Tune, mode)
+}
+
+// modeLR is the learning rate of a mode that is not tuned.
+func (c BenchConfig) modeLR(mode string) float64 {
+	if lr, ok := c.FixedLR[mode]; ok {
+		return lr
+	}
+	return c.LR
+}
+
+// syncTuneLRs are the rates sync's tuning runs are made at.
+func (c BenchConfig) syncTuneLRs() []float64 {
+	if !slices.Contains(c.Modes, ModeSync) {
+		return nil
+	}
+	if lr, fixed := c.FixedLR[ModeSync]; fixed {
+		if c.BudgetSync {
+			return []float64{lr}
+		}
+		return nil
+	}
+	return c.SyncLRGrid
+}
+
 // job is one run to do.
 type job struct {
 	tune     bool
 	mode     string
 	seed     uint64
 	lr       float64
-	schedule string // "" means BenchConfig.Schedule
+	epochs   float64 // the run's --epochs (0: no end)
+	schedule string
+	// stopAt, when > 0, is when the harness stops the run (sync's runs
+	// with no end); 0: the run ends by itself, within the cap.
+	stopAt time.Duration
+	// fixedWall is where the run's accuracy is read, in seconds since the
+	// common start (0: at the run's own end).
+	fixedWall float64
 }
 
 func (j job) name() string {
@@ -282,6 +356,161 @@ func (j job) name() string {
 		kind = "tune"
 	}
 	return fmt.Sprintf("%s-%s-s%d-lr%s", kind, j.mode, j.seed, strconv.FormatFloat(j.lr, 'g', -1, 64))
+}
+
+// ending is a job that ends by itself: Epochs long, Schedule over it.
+func (c BenchConfig) ending(tune bool, mode string, seed uint64, lr float64) job {
+	return job{tune: tune, mode: mode, seed: seed, lr: lr, epochs: c.Epochs, schedule: c.Schedule}
+}
+
+// stopped is a job at a constant rate with no end, stopped at w seconds
+// (sync's tuning runs).
+func stopped(tune bool, mode string, seed uint64, lr, w float64) job {
+	return job{tune: tune, mode: mode, seed: seed, lr: lr, schedule: "const", stopAt: seconds(w), fixedWall: w}
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// flagArg is one node flag with its value.
+type flagArg struct{ name, value string }
+
+func flagList(fs []flagArg) []string {
+	out := make([]string, 0, 2*len(fs))
+	for _, f := range fs {
+		out = append(out, f.name, f.value)
+	}
+	return out
+}
+
+func fmtG(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+
+// nodeMode is the node's --mode for a benchmark mode.
+func nodeMode(mode string) node.Mode {
+	if mode == ModeGossipConst {
+		return node.ModeGossip
+	}
+	return node.Mode(mode)
+}
+
+// runFlags are a job's training and gossip flags that differ from a node's
+// defaults (node.DefaultConfig): what its nodes get beyond the harness's
+// flags, NodeArgs aside. Settings are compared by value, so "poly:0.50" is
+// the default "poly:0.5".
+func (c BenchConfig) runFlags(j job) []flagArg {
+	d := node.DefaultConfig()
+	var out []flagArg
+	add := func(differs bool, name, value string) {
+		if differs {
+			out = append(out, flagArg{name, value})
+		}
+	}
+	mode := nodeMode(j.mode)
+	add(mode != d.Mode, "--mode", string(mode))
+	add(c.Dataset != d.Dataset, "--dataset", c.Dataset)
+	add(c.DataPath != "", "--data", c.DataPath)
+	add(c.NonIID != 0, "--non-iid", fmtG(c.NonIID))
+	add(c.Model != d.Train.Model, "--model", c.Model)
+	add(c.Batch != d.Train.Batch, "--batch", strconv.Itoa(c.Batch))
+	add(j.lr != d.Train.LR, "--lr", fmtG(j.lr))
+	add(!sameSchedule(j.schedule, d.Train.Schedule), "--schedule", j.schedule)
+	add(j.epochs != d.Epochs, "--epochs", fmtG(j.epochs))
+	if mode == node.ModeGossip {
+		staleness := c.Staleness
+		if j.mode == ModeGossipConst {
+			staleness = "const"
+		}
+		add(c.AvgInterval != d.AvgInterval, "--avg-interval", c.AvgInterval.String())
+		add(c.Alpha != d.Merger.Alpha, "--alpha", fmtG(c.Alpha))
+		add(!sameStaleness(staleness, d.Merger.Staleness), "--staleness", staleness)
+		add(!sameDType(c.WireDType, d.Exchange.SendDType), "--wire-dtype", c.WireDType)
+	}
+	return out
+}
+
+func sameSchedule(s, def string) bool {
+	a, errA := train.ParseSchedule(s)
+	b, errB := train.ParseSchedule(def)
+	return errA == nil && errB == nil && a.String() == b.String()
+}
+
+func sameStaleness(s string, def averaging.Staleness) bool {
+	f, err := averaging.ParseStaleness(s)
+	return err == nil && f.String() == def.String()
+}
+
+func sameDType(s string, def gossip.DType) bool {
+	t, err := gossip.ParseDType(s)
+	return err == nil && t == def
+}
+
+// differs is a job's flags beyond the harness's own, one "flag value"
+// string each, NodeArgs last as one string: the settings in which its
+// nodes differ from a node's defaults. Never nil.
+func (c BenchConfig) differs(j job) []string {
+	out := []string{}
+	for _, f := range c.runFlags(j) {
+		out = append(out, f.name+" "+f.value)
+	}
+	if len(c.NodeArgs) > 0 {
+		out = append(out, strings.Join(c.NodeArgs, " "))
+	}
+	return out
+}
+
+// ModeFlags are the settings, one "flag value" string each, in which a
+// mode's nodes differ from a node's defaults when the mode runs at its
+// configured rate (its fixed one, or LR), for Epochs, before any tuning:
+// none for gossip on a default benchmark. Sync's report runs get the
+// rate and run length RunBench chooses instead (Settings.DiffersFromDefaults).
+func (c BenchConfig) ModeFlags(mode string) []string {
+	return c.differs(c.ending(false, mode, 1, c.modeLR(mode)))
+}
+
+// harnessFlags are the flags the benchmark gives every node of a job
+// besides those testnet.Up adds (see HarnessFlags for why); a bool flag
+// has no value.
+func (b *bench) harnessFlags(j job, net, snapDir, startFile string) []flagArg {
+	return []flagArg{{"--no-data-dir", ""}, {"--checkpoint-every", "0"}, {"--no-eval", ""},
+		{"--snapshot-dir", snapDir}, {"--snapshot-every", b.cfg.SnapshotEvery.String()},
+		{"--threads", strconv.Itoa(b.cfg.Threads)}, {"--base-step", b.base.String()}, {"--log-level", "warn"},
+		{"--network", net}, {"--seed", strconv.FormatUint(j.seed, 10)}, {"--start-file", startFile}}
+}
+
+// nodeArgs are every node's flags for a job: the harness's, the job's own
+// (runFlags), then NodeArgs (the last of a repeated flag wins).
+func (b *bench) nodeArgs(j job, net, snapDir, startFile string) []string {
+	var args []string
+	for _, f := range b.harnessFlags(j, net, snapDir, startFile) {
+		if f.value == "" {
+			args = append(args, f.name) // a bool flag
+			continue
+		}
+		args = append(args, f.name, f.value)
+	}
+	args = append(args, flagList(b.cfg.runFlags(j))...)
+	return append(args, b.cfg.NodeArgs...)
+}
+
+// HarnessFlags are the settings every node of every run gets from the
+// harness, whatever the mode, and why: none of them changes what a node
+// learns, only how it is started, isolated and observed.
+func HarnessFlags(c BenchConfig) []HarnessFlag {
+	return []HarnessFlag{
+		{"--profile local --api ADDR --bootstrap NODE0", "loopback only, a free API port, every node joins through node 0 (testnet.Up)"},
+		{"--json", "the harness reads each node's events (its final event says whether it finished its run)"},
+		{"--shard i/n", "each node trains on its own shard of the training set, as in a real swarm"},
+		{"--slowdown F", "the emulated hardware: each step lasts F x the base step (the sleep counts as busy time)"},
+		{"--base-step D", "calibrated once, solo, at the start, so every slowdown multiplies the same unit rather than one each node measures while the others start up"},
+		{fmt.Sprintf("--threads %d", c.Threads), "each node computes on this many cores, so the swarm's demand fits the machine the profile assumes"},
+		{"--no-data-dir", "nothing on disk: every run starts fresh (no resumed checkpoint, a new identity) and leaves nothing behind"},
+		{"--checkpoint-every 0", "no periodic checkpoint writes competing with training (without a data dir there is nowhere to write them anyway)"},
+		{"--no-eval", "no test-set evaluation on the nodes' cores while they train; instead every node snapshots its model and counters, and the snapshots are scored after the run, outside the nodes' busy time"},
+		{fmt.Sprintf("--snapshot-dir DIR --snapshot-every %v", c.SnapshotEvery), "the time resolution of every figure; a node also snapshots as it starts and as it stops (its final model)"},
+		{"--log-level warn", "small logs (they stay in the work dir)"},
+		{"--network bench-ID-N", "a network name of its own per run, so a straggler from an earlier run can never merge into this one"},
+		{"--seed N", "the run's seed (initial model and shard split): the tuning seed or a report seed"},
+		{"--start-file F", "every node holds training until the harness releases them all at once, after the settle time: the common start, time 0"},
+	}
 }
 
 // bench is one benchmark in progress.
@@ -295,12 +524,26 @@ type bench struct {
 	total   int
 	spent   time.Duration // wall time of the runs done so far
 	netID   string
+	// runSwarm does one run: (*bench).swarm, or a stand-in in tests.
+	runSwarm func(*bench, context.Context, job) (Run, error)
 }
 
-// RunBench calibrates the base step (unless given), tunes each mode's
-// learning rate on the tuning seed, runs every mode on every report seed,
-// and returns the results. It writes nothing to cfg.Out: see WriteAll.
+// RunBench calibrates the base step (unless given), then on the tuning
+// seed runs gossip as configured (each rate of LRGrid when gossip is in
+// Tune) and takes its wall time W, common start to the last node's exit,
+// at the chosen rate (with nothing to tune at all, W is the first report
+// seed's gossip run's instead, and the tuning seed is not used); tunes the modes in Tune the same way; runs sync at
+// each rate of SyncLRGrid with a constant rate and no end, stopped at W,
+// and picks the fastest to target (BestLR); budgets sync's report runs to
+// the run clock that run had reached at W (SyncEpochs). Then it runs every
+// mode on every report seed, reading every mode's accuracy at W. It
+// writes nothing to cfg.Out: see WriteAll.
 func RunBench(ctx context.Context, cfg BenchConfig) (*Results, error) {
+	return runBench(ctx, cfg, (*bench).swarm)
+}
+
+// runBench is RunBench with the runs done by swarm.
+func runBench(ctx context.Context, cfg BenchConfig, swarm func(*bench, context.Context, job) (Run, error)) (*Results, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -311,14 +554,18 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*Results, error) {
 		cfg.Progress = io.Discard
 	}
 	b := &bench{cfg: cfg, started: time.Now(), test: map[uint64]*train.Dataset{},
-		netID: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
+		netID: strconv.FormatInt(time.Now().UnixNano()%1e9, 36), runSwarm: swarm}
 	res := &Results{Schema: ResultsSchema, Command: cfg.Command, Started: b.started.UTC(), Machine: machineInfo(),
-		LR: map[string]float64{}}
+		LR: map[string]float64{}, Schedule: map[string]string{}, Epochs: map[string]float64{}}
 	res.Settings = settings(cfg)
+	trainSet, _, err := node.LoadData(cfg.Dataset, cfg.DataPath, cfg.TuneSeed)
+	if err != nil {
+		return nil, err
+	}
+	res.Settings.TrainSamples = trainSet.N
 	b.base = cfg.BaseStep
 	if b.base == 0 {
 		fmt.Fprintf(cfg.Progress, "calibrating the base step (solo, 1 thread, %s, batch %d)...\n", cfg.Model, cfg.Batch)
-		var err error
 		if b.base, err = CalibrateBaseStep(cfg.Dataset, cfg.DataPath, cfg.Model, cfg.Batch); err != nil {
 			return nil, err
 		}
@@ -331,46 +578,138 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*Results, error) {
 	res.SoloSamplesPerS, res.SoloSamplesPerSSum = b.solo, Sum(b.solo)
 	fmt.Fprintf(cfg.Progress, "base step %v: solo rates %s samples/s (sum %.0f)\n", b.base, fmtRates(b.solo), Sum(b.solo))
 
-	var tune []job
-	for _, m := range cfg.Modes {
-		if lr, ok := cfg.FixedLR[m]; ok {
-			res.LR[m] = lr
-			continue
+	// Plan every run up front, for the progress line's ETA.
+	lrsOf := func(mode string) []float64 {
+		if cfg.tuned(mode) {
+			return cfg.LRGrid
 		}
-		for _, lr := range cfg.grid(m) {
-			tune = append(tune, job{tune: true, mode: m, seed: cfg.TuneSeed, lr: lr})
+		return []float64{cfg.modeLR(mode)}
+	}
+	var others []string // tuned modes besides gossip and sync
+	for _, m := range cfg.Modes {
+		if m != ModeGossip && m != ModeSync && cfg.tuned(m) {
+			others = append(others, m)
 		}
 	}
-	b.total = len(tune) + len(cfg.Modes)*cfg.Seeds
-	for _, j := range tune {
-		run, err := b.run(ctx, j)
+	// With nothing to tune (a quick run), no run is made on the tuning
+	// seed: W is measured by the first report seed's gossip run, which
+	// runs first and is that seed's gossip report run.
+	untuned := len(cfg.syncTuneLRs()) == 0 && len(others) == 0 && !cfg.tuned(ModeGossip) && slices.Contains(cfg.Modes, ModeGossip)
+	b.total = len(lrsOf(ModeGossip)) + len(others)*len(cfg.LRGrid) + len(cfg.syncTuneLRs()) + len(cfg.Modes)*cfg.Seeds
+	wSeed := cfg.TuneSeed
+	if untuned {
+		b.total--
+		wSeed = cfg.reportSeeds()[0]
+	}
+	res.Settings.WSeed = wSeed
+
+	// Gossip first: its wall time is every mode's budget. A run that ends
+	// by itself is scored at its own end.
+	gossipLR := lrsOf(ModeGossip)[0]
+	var ref, firstRun *Run
+	if untuned {
+		run, err := b.run(ctx, cfg.ending(false, ModeGossip, wSeed, gossipLR))
+		if err != nil {
+			return nil, err
+		}
+		ref, firstRun = &run, &run
+	} else {
+		for _, lr := range lrsOf(ModeGossip) {
+			run, err := b.run(ctx, cfg.ending(true, ModeGossip, wSeed, lr))
+			if err != nil {
+				return nil, err
+			}
+			res.Tuning = append(res.Tuning, run)
+		}
+		if cfg.tuned(ModeGossip) {
+			gossipLR = BestLR(res.Tuning, ModeGossip)
+		}
+		ref = findRun(res.Tuning, ModeGossip, gossipLR)
+	}
+	if ref == nil || ref.Error != "" {
+		why := "every run failed"
+		if ref != nil {
+			why = ref.Error
+		}
+		return nil, fmt.Errorf("%w: gossip on seed %d, whose wall time is every mode's budget: %s", ErrBench, wSeed, why)
+	}
+	w := ref.WallS
+	res.Settings.FixedWallS = w
+	fmt.Fprintf(cfg.Progress, "gossip: learning rate %g; wall time W = %.2f s on seed %d (%s): every mode's budget\n",
+		gossipLR, w, wSeed, ref.End)
+	chosen := map[string]float64{ModeGossip: gossipLR}
+	for _, m := range others {
+		for _, lr := range cfg.LRGrid {
+			run, err := b.run(ctx, cfg.ending(true, m, cfg.TuneSeed, lr))
+			if err != nil {
+				return nil, err
+			}
+			res.Tuning = append(res.Tuning, run)
+		}
+		if chosen[m] = BestLR(res.Tuning, m); chosen[m] == 0 {
+			return nil, fmt.Errorf("%w: every tuning run of %s failed", ErrBench, m)
+		}
+		fmt.Fprintf(cfg.Progress, "%s: learning rate %g chosen on seed %d\n", m, chosen[m], cfg.TuneSeed)
+	}
+	for _, lr := range cfg.syncTuneLRs() {
+		run, err := b.run(ctx, stopped(true, ModeSync, cfg.TuneSeed, lr, w))
 		if err != nil {
 			return nil, err
 		}
 		res.Tuning = append(res.Tuning, run)
 	}
+
+	// The report runs' jobs, one per mode (the seed aside).
+	report := map[string]job{}
 	for _, m := range cfg.Modes {
-		if _, ok := res.LR[m]; !ok {
-			res.LR[m] = BestLR(res.Tuning, m)
-			fmt.Fprintf(cfg.Progress, "%s: learning rate %g chosen on seed %d\n", m, res.LR[m], cfg.TuneSeed)
-		}
-	}
-	res.Schedule = map[string]string{}
-	for _, m := range cfg.Modes {
-		res.Schedule[m] = cfg.Schedule
-		if !cfg.Anneal {
+		if m != ModeSync {
+			lr, ok := chosen[m]
+			if !ok {
+				lr = cfg.modeLR(m)
+			}
+			j := cfg.ending(false, m, 0, lr)
+			j.fixedWall = w
+			report[m] = j
 			continue
 		}
-		if total := AnnealTotal(res.Tuning, m, res.LR[m], cfg.Duration.Seconds()); total > 0 {
-			res.Schedule[m] = fmt.Sprintf("cosine:total=%.0f", total)
+		lr, fixed := cfg.FixedLR[ModeSync]
+		if !fixed {
+			if lr = BestLR(res.Tuning, ModeSync); lr == 0 {
+				return nil, fmt.Errorf("%w: every tuning run of sync failed", ErrBench)
+			}
+			fmt.Fprintf(cfg.Progress, "sync: learning rate %g chosen on seed %d\n", lr, cfg.TuneSeed)
 		}
-		fmt.Fprintf(cfg.Progress, "%s: schedule %s\n", m, res.Schedule[m])
+		if !cfg.BudgetSync {
+			report[m] = stopped(false, ModeSync, 0, lr, w)
+			fmt.Fprintf(cfg.Progress, "sync: learning rate %g, constant, no end, stopped at W = %.2f s\n", lr, w)
+			continue
+		}
+		epochs, clock := SyncEpochs(res.Tuning, lr, w, trainSet.N)
+		if epochs == 0 {
+			return nil, fmt.Errorf("%w: sync's tuning run at learning rate %g has no run clock at W = %.2f s", ErrBench, lr, w)
+		}
+		j := cfg.ending(false, ModeSync, 0, lr)
+		j.epochs, j.fixedWall = epochs, w
+		report[m] = j
+		fmt.Fprintf(cfg.Progress, "sync: its tuning run at %g had trained %.0f samples at W = %.2f s: --epochs %g, schedule %s\n",
+			lr, clock, w, epochs, cfg.Schedule)
+	}
+	res.Settings.DiffersFromDefaults = map[string][]string{}
+	for m, j := range report {
+		res.LR[m], res.Schedule[m], res.Epochs[m] = j.lr, j.schedule, j.epochs
+		res.Settings.DiffersFromDefaults[m] = cfg.differs(j)
 	}
 	// Modes alternate within each seed, so a change in the machine's load
 	// during the benchmark falls on every mode alike.
 	for _, seed := range cfg.reportSeeds() {
 		for _, m := range cfg.Modes {
-			run, err := b.run(ctx, job{mode: m, seed: seed, lr: res.LR[m], schedule: res.Schedule[m]})
+			if firstRun != nil && seed == wSeed && m == ModeGossip {
+				res.Runs = append(res.Runs, *firstRun)
+				continue
+			}
+			j := report[m]
+			j.seed = seed
+			run, err := b.run(ctx, j)
 			if err != nil {
 				return nil, err
 			}
@@ -382,22 +721,48 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*Results, error) {
 	return res, nil
 }
 
-// AnnealTotal is the progress a mode's tuning run at lr had reached at
-// wall time t, averaged over its nodes: a cosine schedule with this total
-// brings the mode's learning rate to zero at about t. 0 when there is no
-// such run.
-func AnnealTotal(tuning []Run, mode string, lr, t float64) float64 {
+// findRun is the first run of mode at lr (nil if none).
+func findRun(runs []Run, mode string, lr float64) *Run {
+	for i := range runs {
+		if runs[i].Mode == mode && runs[i].LR == lr {
+			return &runs[i]
+		}
+	}
+	return nil
+}
+
+// RunClockAt is the run clock a run had reached at wall time t: what its
+// nodes count the run's length on. For sync, the group model's progress
+// (every member's batch of every round, the same on every member after a
+// round; the median over nodes, should one have dropped out); for the
+// other modes, every node's samples added up.
+func RunClockAt(r Run, t float64) float64 {
+	if r.Mode != ModeSync {
+		return SamplesAt(r.Traces, t)
+	}
+	xs := make([]float64, 0, len(r.Traces))
+	for _, tr := range r.Traces {
+		xs = append(xs, interp(tr.Points, t, func(p Point) float64 { return p.Progress }))
+	}
+	if len(xs) == 0 {
+		return 0
+	}
+	return Median(xs)
+}
+
+// SyncEpochs is the run length that budgets sync's report runs to wall
+// time w: the run clock its tuning run at lr had reached at w, in passes
+// over a training set of trainSamples (rounded to 0.001), and that clock.
+// 0 when there is no such run.
+func SyncEpochs(tuning []Run, lr, w float64, trainSamples int) (epochs, clock float64) {
 	for _, r := range tuning {
-		if r.Mode != mode || r.LR != lr || r.Error != "" || len(r.Traces) == 0 {
+		if r.Mode != ModeSync || r.LR != lr || r.Error != "" || len(r.Traces) == 0 || trainSamples <= 0 {
 			continue
 		}
-		var sum float64
-		for _, tr := range r.Traces {
-			sum += interp(tr.Points, t, func(p Point) float64 { return p.Progress })
-		}
-		return sum / float64(len(r.Traces))
+		clock = RunClockAt(r, w)
+		return math.Round(1000*clock/float64(trainSamples)) / 1000, clock
 	}
-	return 0
+	return 0, 0
 }
 
 // BestLR picks a mode's learning rate from its tuning runs: the shortest
@@ -438,12 +803,13 @@ func BestLR(tuning []Run, mode string) float64 {
 // fails is recorded with its error; only cancellation stops the benchmark.
 func (b *bench) run(ctx context.Context, j job) (Run, error) {
 	began := time.Now()
-	run, err := b.swarm(ctx, j)
+	run, err := b.runSwarm(b, ctx, j)
 	if ctx.Err() != nil {
 		return Run{}, ctx.Err()
 	}
 	if err != nil {
-		run = Run{Mode: j.mode, Seed: j.seed, LR: j.lr, Schedule: cmp.Or(j.schedule, b.cfg.Schedule), Error: err.Error()}
+		run = b.newRun(j)
+		run.Error = err.Error()
 	}
 	b.done++
 	b.spent += time.Since(began)
@@ -452,6 +818,12 @@ func (b *bench) run(ctx context.Context, j job) (Run, error) {
 		b.total, j.name(), runLine(run, b.cfg.Target), run.LoadAvg, run.SetupS, run.ScoringS, time.Since(b.started).Round(time.Second),
 		eta.Round(time.Second))
 	return run, nil
+}
+
+// newRun is a job's run before it is measured.
+func (b *bench) newRun(j job) Run {
+	return Run{Mode: j.mode, Seed: j.seed, LR: j.lr, Schedule: j.schedule, Epochs: j.epochs, Flags: b.cfg.differs(j),
+		StopAtS: j.stopAt.Seconds()}
 }
 
 // runLine is a finished run in one line.
@@ -466,8 +838,8 @@ func runLine(r Run, target float64) string {
 	if r.FirstNodeTimeS != nil {
 		first = fmt.Sprintf("%.1fs", *r.FirstNodeTimeS)
 	}
-	return fmt.Sprintf("%.1f%%: all %s, first %s; final %.2f%%; %.0f samples/s; busy %s", 100*target, all, first,
-		100*r.FinalAccuracyMean, r.SamplesPerS, fmtFracs(r.BusyFraction))
+	return fmt.Sprintf("%.1f%%: all %s, first %s; %s at %.1fs; accuracy %.2f%% at %.1fs; %.0f samples/s; busy %s", 100*target,
+		all, first, r.End, r.WallS, 100*r.FinalAccuracyMean, r.FixedWallS, r.SamplesPerS, fmtFracs(r.BusyFraction))
 }
 
 func fmtRates(xs []float64) string {
@@ -486,44 +858,87 @@ func fmtFracs(xs []float64) string {
 	return strings.Join(s, ",")
 }
 
-// modeArgs are the node flags that make a mode.
-func (c BenchConfig) modeArgs(mode string) []string {
-	gossip := []string{"--mode", "gossip", "--alpha", strconv.FormatFloat(c.Alpha, 'g', -1, 64),
-		"--avg-interval", c.AvgInterval.String(), "--wire-dtype", c.WireDType}
-	switch mode {
-	case ModeGossip:
-		return append(gossip, "--staleness", c.Staleness)
-	case ModeGossipConst:
-		return append(gossip, "--staleness", "const")
-	}
-	return []string{"--mode", mode}
+// nodeExit is how one node's process ended.
+type nodeExit struct {
+	node int
+	at   time.Time
+	// finished: it ended its run by itself (see endProblem); problem says
+	// why not.
+	finished bool
+	problem  string
 }
 
-// nodeArgs are every node's flags for a job.
-func (b *bench) nodeArgs(j job, net, snapDir, startFile string) []string {
-	c := b.cfg
-	args := []string{"--no-data-dir", "--log-level", "warn",
-		"--network", net, "--seed", strconv.FormatUint(j.seed, 10),
-		"--dataset", c.Dataset, "--model", c.Model, "--batch", strconv.Itoa(c.Batch),
-		"--lr", strconv.FormatFloat(j.lr, 'g', -1, 64), "--schedule", cmp.Or(j.schedule, c.Schedule), "--epochs", "0",
-		"--threads", strconv.Itoa(c.Threads), "--base-step", b.base.String(),
-		"--announce-interval", "1s", "--no-eval", "--checkpoint-every", "0",
-		"--snapshot-dir", snapDir, "--snapshot-every", c.SnapshotEvery.String(), "--start-file", startFile}
-	if c.DataPath != "" {
-		args = append(args, "--data", c.DataPath)
+// runCompletePrefix starts the final event's message of a node that ended
+// its run (node.StopRunComplete).
+const runCompletePrefix = "run complete"
+
+// endProblem says why a node that exited did not finish its run: "" when
+// it exited with code 0 after a final event saying the run is complete.
+func endProblem(exit error, final *FinalEvent) string {
+	switch {
+	case exit != nil:
+		return fmt.Sprintf("exited with %v", exit)
+	case final == nil:
+		return "exited without a final event"
+	case !strings.HasPrefix(final.Message, runCompletePrefix):
+		return fmt.Sprintf("stopped before its run ended (%q)", final.Message)
 	}
-	if c.NonIID > 0 {
-		args = append(args, "--non-iid", strconv.FormatFloat(c.NonIID, 'g', -1, 64))
-	}
-	args = append(args, c.modeArgs(j.mode)...)
-	return append(args, c.NodeArgs...)
+	return ""
 }
 
-// swarm runs one job: start the nodes, release them together, stop them
-// after Duration, then score their snapshots.
+// runEnd is how a swarm's nodes ended.
+type runEnd struct {
+	exitAt   []time.Time
+	finished []bool
+	// deadline: the deadline came while a node still ran, and stop was
+	// called.
+	deadline bool
+}
+
+// kind is how the run ended: complete when every node finished its run,
+// else stopped at its planned stop time or capped.
+func (e runEnd) kind(planned bool) string {
+	switch {
+	case !slices.Contains(e.finished, false):
+		return EndComplete
+	case planned:
+		return EndStopped
+	}
+	return EndCap
+}
+
+// awaitRun waits for n nodes to exit, each reported once on exits. A node
+// that exits before the deadline without finishing its run fails the run
+// at once; one that finished is done, and the others go on. When the
+// deadline fires, stop must make every node still running exit; those
+// count as stopped, whatever they say.
+func awaitRun(ctx context.Context, n int, exits <-chan nodeExit, deadline <-chan time.Time, stop func()) (runEnd, error) {
+	end := runEnd{exitAt: make([]time.Time, n), finished: make([]bool, n)}
+	for left := n; left > 0; {
+		select {
+		case <-ctx.Done():
+			return end, ctx.Err()
+		case e := <-exits:
+			left--
+			end.exitAt[e.node], end.finished[e.node] = e.at, e.finished
+			if !e.finished && !end.deadline {
+				return end, fmt.Errorf("%w: node %d %s", ErrBench, e.node, e.problem)
+			}
+		case <-deadline:
+			deadline = nil
+			end.deadline = true
+			stop()
+		}
+	}
+	return end, nil
+}
+
+// swarm runs one job: start the nodes, release them together, wait until
+// every node has ended its run (or, at the job's stop time or the cap,
+// stop what still runs), then score their snapshots.
 func (b *bench) swarm(ctx context.Context, j job) (Run, error) {
 	c := b.cfg
-	run := Run{Mode: j.mode, Seed: j.seed, LR: j.lr, Schedule: cmp.Or(j.schedule, c.Schedule)}
+	run := b.newRun(j)
 	dir := filepath.Join(c.Work, j.name())
 	if err := os.RemoveAll(dir); err != nil {
 		return run, err
@@ -542,9 +957,9 @@ func (b *bench) swarm(ctx context.Context, j job) (Run, error) {
 	if err != nil {
 		return run, err
 	}
-	stopped := false
+	stoppedAll := false
 	defer func() {
-		if !stopped {
+		if !stoppedAll {
 			tn.Stop(10 * time.Second)
 		}
 	}()
@@ -556,25 +971,43 @@ func (b *bench) swarm(ctx context.Context, j job) (Run, error) {
 	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
 		return run, err
 	}
-	done := tn.Done()
-	select {
-	case <-ctx.Done():
-		return run, ctx.Err()
-	case <-done:
-		return run, fmt.Errorf("%w: every node exited before the end; see the logs in %s", ErrBench, dir)
-	case <-time.After(time.Until(t0.Add(c.Duration))):
+	exits := make(chan nodeExit, len(tn.Members))
+	for i, m := range tn.Members {
+		go func() {
+			<-m.done // m.exit is set before done is closed
+			m.mu.Lock()
+			final := m.final
+			m.mu.Unlock()
+			e := nodeExit{node: i, at: time.Now(), problem: endProblem(m.exit, final)}
+			if e.finished = e.problem == ""; !e.finished {
+				e.problem += "; see " + m.Log
+			}
+			exits <- e
+		}()
 	}
-	run.LoadAvg = loadAvg1()
-	var dead []string
-	for _, r := range tn.Summary() {
-		if !r.Alive {
-			dead = append(dead, strconv.Itoa(r.Index))
-		}
+	limit := c.Cap
+	if j.stopAt > 0 && j.stopAt < limit {
+		limit = j.stopAt
 	}
-	tn.Stop(30 * time.Second)
-	stopped = true
-	if len(dead) > 0 {
-		return run, fmt.Errorf("%w: node %s exited before the end; see the logs in %s", ErrBench, strings.Join(dead, ","), dir)
+	timer := time.NewTimer(time.Until(t0.Add(limit)))
+	defer timer.Stop()
+	end, err := awaitRun(ctx, len(tn.Members), exits, timer.C, func() {
+		run.LoadAvg = loadAvg1()
+		tn.Stop(30 * time.Second)
+	})
+	if err != nil {
+		return run, err
+	}
+	stoppedAll = true
+	if !end.deadline {
+		run.LoadAvg = loadAvg1()
+	}
+	run.End = end.kind(j.stopAt > 0 && j.stopAt < c.Cap)
+	run.NodeFinished = end.finished
+	run.NodeExitS = make([]float64, len(end.exitAt))
+	for i, at := range end.exitAt {
+		run.NodeExitS[i] = at.Sub(t0).Seconds()
+		run.WallS = max(run.WallS, run.NodeExitS[i])
 	}
 	peers := make(map[string]int, len(tn.Members))
 	for _, m := range tn.Members {
@@ -597,7 +1030,11 @@ func (b *bench) swarm(ctx context.Context, j job) (Run, error) {
 		traces[i].Slowdown = c.slowdowns()[i]
 	}
 	run.Traces = traces
-	analyzeRun(&run, c.Target, c.Duration.Seconds(), b.solo)
+	fixed := j.fixedWall
+	if fixed == 0 {
+		fixed = run.WallS
+	}
+	analyzeRun(&run, c.Target, fixed, b.solo)
 	return run, nil
 }
 
@@ -659,14 +1096,21 @@ func CalibrateBaseStep(dataset, dataPath, model string, batch int) (time.Duratio
 	return times[len(times)/2], nil
 }
 
-// settings records the benchmark's inputs in the results.
+// settings records the benchmark's inputs in the results; RunBench adds
+// what it measures on the way (the training set's size, W, the flags
+// every mode's report runs differ from a node's defaults by).
 func settings(c BenchConfig) Settings {
+	var fixed map[string]float64
+	if len(c.FixedLR) > 0 {
+		fixed = maps.Clone(c.FixedLR)
+	}
 	return Settings{Nodes: c.Nodes, Slowdowns: c.slowdowns(), Target: c.Target, Seeds: c.reportSeeds(), TuneSeed: c.TuneSeed,
-		Dataset: c.Dataset, NonIID: c.NonIID, Model: c.Model, Batch: c.Batch, Schedule: c.Schedule, Modes: c.Modes,
-		LRGrid: c.LRGrid, SyncLRGrid: c.SyncLRGrid, DurationS: c.Duration.Seconds(), FixedWallS: c.Duration.Seconds(),
-		SnapshotS: c.SnapshotEvery.Seconds(), AvgIntervalS: c.AvgInterval.Seconds(), Alpha: c.Alpha, Staleness: c.Staleness,
-		WireDType: c.WireDType, Anneal: c.Anneal,
-		Threads: c.Threads, NodeArgs: c.NodeArgs, Quick: c.Quick,
+		Dataset: c.Dataset, NonIID: c.NonIID, Model: c.Model, Batch: c.Batch, Modes: c.Modes,
+		LR: c.LR, Epochs: c.Epochs, Schedule: c.Schedule, AvgIntervalS: c.AvgInterval.Seconds(), Alpha: c.Alpha,
+		Staleness: c.Staleness, WireDType: c.WireDType,
+		LRGrid: c.LRGrid, SyncLRGrid: c.SyncLRGrid, Tune: c.Tune, FixedLR: fixed, BudgetSync: c.BudgetSync,
+		CapS: c.Cap.Seconds(), SnapshotS: c.SnapshotEvery.Seconds(),
+		Threads: c.Threads, NodeArgs: c.NodeArgs, Quick: c.Quick, Harness: HarnessFlags(c),
 		Heterogeneity: "emulated: each step lasts slowdown x base step (sleeping after the compute; the sleep counts as busy), " +
 			fmt.Sprintf("%d thread(s) per node", c.Threads)}
 }

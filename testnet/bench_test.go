@@ -2,6 +2,7 @@ package testnet
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"image/png"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -192,15 +194,18 @@ func fakeTrace(node int, reach, rate, busy, wall float64) Trace {
 			acc = 0.99
 		}
 		tr.Points = append(tr.Points, Point{T: t, Accuracy: acc,
-			Samples: int64(rate * t), BusyS: busy * t, BytesSent: uint64(1000 * t), Merges: int64(t)})
+			Samples: int64(rate * t), BusyS: busy * t, BytesSent: uint64(1000 * t), Merges: int64(t), Progress: 3 * rate * t})
 	}
 	return tr
 }
 
+// fakeRun is a run whose nodes all ended their runs at wall seconds.
 func fakeRun(mode string, seed uint64, reaches []float64, rate, busy, wall float64) Run {
-	r := Run{Mode: mode, Seed: seed, LR: 0.1}
+	r := Run{Mode: mode, Seed: seed, LR: 0.1, Schedule: "cosine:warmup=4%", Epochs: 40, Flags: []string{}, End: EndComplete,
+		WallS: wall}
 	for i, reach := range reaches {
 		r.Traces = append(r.Traces, fakeTrace(i, reach, rate, busy, wall))
+		r.NodeExitS, r.NodeFinished = append(r.NodeExitS, wall), append(r.NodeFinished, true)
 	}
 	return r
 }
@@ -231,14 +236,19 @@ func TestAnalyzeRun(t *testing.T) {
 // fakeResults is a benchmark of two seeds where gossip is twice as fast as
 // sync in samples/s and reaches the target in a third of its time.
 func fakeResults() *Results {
+	sched := "cosine:warmup=4%"
 	res := &Results{Schema: ResultsSchema, Command: "meshtrain bench --fake", Started: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
 		RunTimeS: 100, Machine: Machine{NumCPU: 2, MemoryBytes: 8 << 30, OS: "linux", Arch: "amd64", GoVersion: "go1.26"},
 		BaseStepS: 0.002, LR: map[string]float64{ModeGossip: 0.1, ModeGossipConst: 0.1, ModeSync: 0.2, ModeLocal: 0.1},
-		Schedule: map[string]string{ModeGossip: "const", ModeGossipConst: "const", ModeSync: "const", ModeLocal: "const"}}
+		Schedule: map[string]string{ModeGossip: sched, ModeGossipConst: sched, ModeSync: sched, ModeLocal: sched},
+		Epochs:   map[string]float64{ModeGossip: 40, ModeGossipConst: 40, ModeSync: 2.5, ModeLocal: 40}}
 	res.Settings = Settings{Nodes: 2, Slowdowns: []float64{2, 4}, Target: 0.97, Seeds: []uint64{1, 2}, TuneSeed: 1000,
-		Dataset: "mnist", Model: "mlp:256,128", Batch: 64, Schedule: "const", Modes: AllModes, DurationS: 10, FixedWallS: 10,
-		SnapshotS: 0.5, AvgIntervalS: 0.25, Alpha: 0.5, Staleness: "poly:0.5", WireDType: "fp16", Threads: 1,
-		Heterogeneity: "emulated"}
+		Dataset: "mnist", Model: "mlp:256,128", Batch: 64, TrainSamples: 60000, Modes: AllModes, LR: 0.1, Epochs: 40,
+		Schedule: sched, AvgIntervalS: 0.05, Alpha: 0.5, Staleness: "poly:0.5", WireDType: "fp16", LRGrid: []float64{0.05, 0.1},
+		SyncLRGrid: []float64{0.2, 0.4}, BudgetSync: true, CapS: 120, FixedWallS: 10, WSeed: 1000, SnapshotS: 0.5, Threads: 1,
+		Heterogeneity: "emulated", Harness: HarnessFlags(DefaultBenchConfig()),
+		DiffersFromDefaults: map[string][]string{ModeGossip: {}, ModeGossipConst: {"--staleness const"},
+			ModeSync: {"--mode sync", "--lr 0.2", "--epochs 2.5"}, ModeLocal: {"--mode local"}}}
 	res.SoloSamplesPerS = SoloRates(64, 0.002, res.Settings.Slowdowns)
 	res.SoloSamplesPerSSum = Sum(res.SoloSamplesPerS)
 	solo := res.SoloSamplesPerS
@@ -257,7 +267,12 @@ func fakeResults() *Results {
 	}
 	tune := fakeRun(ModeGossip, 1000, []float64{2, 3}, 6000, 0.99, 10)
 	analyzeRun(&tune, 0.97, 10, solo)
-	res.Tuning = []Run{tune, {Mode: ModeSync, Seed: 1000, LR: 0.4, Error: "testnet: bench: node 1 exited"}}
+	syncTune := fakeRun(ModeSync, 1000, []float64{6, 7}, 2000, 0.5, 10)
+	syncTune.LR, syncTune.Epochs, syncTune.Schedule, syncTune.End, syncTune.StopAtS = 0.2, 0, "const", EndStopped, 10
+	syncTune.NodeFinished = []bool{false, false}
+	syncTune.Flags = []string{"--mode sync", "--lr 0.2", "--schedule const", "--epochs 0"}
+	analyzeRun(&syncTune, 0.97, 10, solo)
+	res.Tuning = []Run{tune, syncTune, {Mode: ModeSync, Seed: 1000, LR: 0.4, Error: "testnet: bench: node 1 exited"}}
 	summarize(res)
 	return res
 }
@@ -298,25 +313,64 @@ func TestSummarizeIdealRatiosAndBars(t *testing.T) {
 	if !reflect.DeepEqual(pass, want) {
 		t.Errorf("bars %v, want %v", pass, want)
 	}
-	if BestLR(res.Tuning, ModeGossip) != 0.1 || BestLR(res.Tuning, ModeSync) != 0 {
+	if BestLR(res.Tuning, ModeGossip) != 0.1 || BestLR(res.Tuning, ModeSync) != 0.2 {
 		t.Errorf("best LRs %v %v", BestLR(res.Tuning, ModeGossip), BestLR(res.Tuning, ModeSync))
 	}
 }
 
-func TestAnnealTotalIsTheTuningRunsProgressAtTheEnd(t *testing.T) {
-	run := func(lr float64, progress ...float64) Run {
-		r := Run{Mode: ModeGossip, LR: lr}
-		for _, p := range progress {
-			r.Traces = append(r.Traces, Trace{Points: []Point{{T: 0}, {T: 10, Progress: p}, {T: 20, Progress: 2 * p}}})
+func TestRunClockAtIsGroupProgressForSyncAndSummedSamplesOtherwise(t *testing.T) {
+	// Progress is not the samples summed: a sync node's progress is the
+	// group model's (every member's batch), the same on every member.
+	tr := func(samples, progress int64) Trace {
+		return Trace{Points: []Point{{T: 0}, {T: 10, Samples: samples, Progress: float64(progress)},
+			{T: 20, Samples: 2 * samples, Progress: float64(2 * progress)}}}
+	}
+	sync := Run{Mode: ModeSync, Traces: []Trace{tr(100, 400), tr(100, 400), tr(100, 400), tr(100, 396)}}
+	if got := RunClockAt(sync, 15); !near(got, 600) {
+		t.Errorf("sync clock %v, want the median group progress 600 at 15 s", got)
+	}
+	gossip := Run{Mode: ModeGossip, Traces: []Trace{tr(100, 7), tr(300, 9)}}
+	if got := RunClockAt(gossip, 15); !near(got, 150+450) {
+		t.Errorf("gossip clock %v, want every node's samples added up (150 + 450)", got)
+	}
+	if got := RunClockAt(gossip, 99); !near(got, 200+600) {
+		t.Errorf("gossip clock after every node ended %v, want their final counts 800", got)
+	}
+	if RunClockAt(Run{Mode: ModeSync}, 5) != 0 {
+		t.Error("no traces, no clock")
+	}
+}
+
+func TestSyncEpochsComeFromTheTuningRunsClockAtW(t *testing.T) {
+	run := func(lr float64, progress float64) Run {
+		r := Run{Mode: ModeSync, LR: lr}
+		for range 4 {
+			r.Traces = append(r.Traces, Trace{Points: []Point{{T: 0}, {T: 10, Progress: progress, Samples: 1},
+				{T: 20, Progress: 2 * progress, Samples: 2}}})
 		}
 		return r
 	}
-	tuning := []Run{run(0.05, 1, 1), run(0.1, 100, 300), {Mode: ModeSync, LR: 0.1, Error: "failed"}}
-	if got := AnnealTotal(tuning, ModeGossip, 0.1, 15); !near(got, 300) {
-		t.Errorf("total %v, want the mean of 150 and 450", got)
+	tuning := []Run{
+		{Mode: ModeSync, LR: 0.1, Error: "failed"},
+		run(0.1, 60000), run(0.2, 120000),
+		{Mode: ModeGossip, LR: 0.2, Traces: run(0.2, 1).Traces},
 	}
-	if AnnealTotal(tuning, ModeSync, 0.1, 15) != 0 || AnnealTotal(tuning, ModeGossip, 0.2, 15) != 0 {
-		t.Error("a failed or missing tuning run gives no total")
+	// At W = 12.5 s the run at 0.2 had reached 150,000 samples of group
+	// progress: 2.5 passes over 60,000.
+	epochs, clock := SyncEpochs(tuning, 0.2, 12.5, 60000)
+	if epochs != 2.5 || clock != 150000 {
+		t.Errorf("epochs %v from a clock of %v, want 2.5 from 150000", epochs, clock)
+	}
+	// The failed run at 0.1 is skipped for the one that worked.
+	if epochs, _ := SyncEpochs(tuning, 0.1, 15, 60000); epochs != 1.5 {
+		t.Errorf("epochs at 0.1: %v, want 90000/60000 = 1.5", epochs)
+	}
+	// Rounded to 0.001 of an epoch.
+	if epochs, _ := SyncEpochs([]Run{run(0.4, 12345)}, 0.4, 10, 60000); epochs != 0.206 {
+		t.Errorf("epochs %v, want 12345/60000 rounded to 0.206", epochs)
+	}
+	if epochs, _ := SyncEpochs(tuning, 0.4, 15, 60000); epochs != 0 {
+		t.Errorf("no run at 0.4: %v", epochs)
 	}
 }
 
@@ -382,6 +436,11 @@ func TestReadResultsRefusesMalformed(t *testing.T) {
 		"no base step":     func(r *Results) []byte { r.BaseStepS = 0; return encode(r) },
 		"time goes back":   func(r *Results) []byte { r.Runs[0].Traces[0].Points[3].T = 0; return encode(r) },
 		"reached disagree": func(r *Results) []byte { r.Runs[0].SamplesToTarget = nil; return encode(r) },
+		"unknown end":      func(r *Results) []byte { r.Runs[0].End = "timeout"; return encode(r) },
+		"no exits":         func(r *Results) []byte { r.Runs[1].NodeExitS = nil; return encode(r) },
+		"no W":             func(r *Results) []byte { r.Settings.FixedWallS = 0; return encode(r) },
+		"no run length":    func(r *Results) []byte { delete(r.Epochs, ModeSync); return encode(r) },
+		"no differences":   func(r *Results) []byte { delete(r.Settings.DiffersFromDefaults, ModeGossip); return encode(r) },
 		"unknown field": func(r *Results) []byte {
 			return bytes.Replace(encode(r), []byte(`"schema"`), []byte(`"extra": 1, "schema"`), 1)
 		},
@@ -404,25 +463,22 @@ func TestBenchConfigValidateReportsEveryField(t *testing.T) {
 	if err := func() error { c := QuickBenchConfig(); c.Binary = "meshtrain"; return c.Validate() }(); err != nil {
 		t.Fatalf("quick: %v", err)
 	}
-	if err := func() error {
-		c := QuickBenchConfig()
-		c.Binary, c.Anneal = "meshtrain", true
-		return c.Validate()
-	}(); err == nil || !strings.Contains(err.Error(), "annealing") {
-		t.Errorf("annealing with fixed learning rates: %v", err)
-	}
 	c := DefaultBenchConfig()
 	c.Nodes, c.Target, c.Seeds, c.TuneSeed = 0, 1.5, 3, 2
 	c.Modes = []string{"gossip", "async"}
 	c.LRGrid = []float64{-1}
-	c.Duration, c.SnapshotEvery = 0, 0
+	c.Cap, c.SnapshotEvery = 0, 0
 	c.Staleness = "poly"
 	c.WireDType = "fp8"
+	c.Epochs = 0
+	c.Tune = []string{ModeSync, ModeLocal, "warp"}
+	c.FixedLR = map[string]float64{ModeLocal: 0.1}
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("accepted")
 	}
-	for _, want := range []string{"no binary", "nodes 0", "target 1.5", "tune seed 2", "async", "-1", "duration", "snapshot", "poly", "fp8"} {
+	for _, want := range []string{"no binary", "nodes 0", "target 1.5", "tune seed 2", "async", "-1", "cap 0s", "snapshot", "poly",
+		"fp8", "epochs 0", "tune sync", "local is both tuned and given a fixed", `unknown mode "warp"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %q: %v", want, err)
 		}
@@ -433,14 +489,14 @@ func TestBenchConfigValidateReportsEveryField(t *testing.T) {
 }
 
 // writeSnap writes a snapshot file as node.Node does.
-func writeSnap(t *testing.T, dir, peer string, seq int, at time.Time, model *train.Model, w []float32, samples int64) {
+func writeSnap(t *testing.T, dir, peer string, seq int, at time.Time, model *train.Model, w []float32, samples int64, final bool) {
 	t.Helper()
 	meta := map[string]string{
 		node.MetaModel: model.Spec(), node.MetaPeerID: peer, node.MetaSnapshotSeq: strconv.Itoa(seq),
 		node.MetaTimeUnixNano: strconv.FormatInt(at.UnixNano(), 10), node.MetaSamples: strconv.FormatInt(samples, 10),
 		node.MetaBusyNanos: strconv.FormatInt(int64(at.Sub(time.Unix(0, 0))/1000), 10), node.MetaNetWaitNanos: "0",
 		node.MetaBytesSent: "0", node.MetaMerges: "0", node.MetaStep: strconv.FormatInt(samples/16, 10),
-		node.MetaProgress: strconv.FormatInt(samples, 10),
+		node.MetaProgress: strconv.FormatInt(samples, 10), node.MetaFinal: strconv.FormatBool(final),
 	}
 	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("snap-%s-%06d.safetensors", peer, seq)))
 	if err != nil {
@@ -486,10 +542,10 @@ func TestScoreSnapshotsBuildsTracesInOrder(t *testing.T) {
 	t0 := time.Now()
 	// Written out of order, and with sequence numbers that sort
 	// differently from the file names' times.
-	writeSnap(t, dir, "peerB", 1, t0.Add(2*time.Second), model, trained, 300)
-	writeSnap(t, dir, "peerA", 0, t0, model, zero, 0)
-	writeSnap(t, dir, "peerB", 0, t0.Add(time.Second), model, zero, 100)
-	writeSnap(t, dir, "peerA", 1, t0.Add(1500*time.Millisecond), model, trained, 200)
+	writeSnap(t, dir, "peerB", 1, t0.Add(2*time.Second), model, trained, 300, true)
+	writeSnap(t, dir, "peerA", 0, t0, model, zero, 0, false)
+	writeSnap(t, dir, "peerB", 0, t0.Add(time.Second), model, zero, 100, false)
+	writeSnap(t, dir, "peerA", 1, t0.Add(1500*time.Millisecond), model, trained, 200, true)
 	traces, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -506,9 +562,25 @@ func TestScoreSnapshotsBuildsTracesInOrder(t *testing.T) {
 			wantZero.Accuracy, wantTrained.Accuracy, wantTrained.Accuracy)
 	}
 
+	// A node that ended holds its final model: its accuracy at any later
+	// time is its final snapshot's.
+	if got := AccuracyAt(a, 60); got != wantTrained.Accuracy {
+		t.Errorf("accuracy a minute after node A ended: %v, want its final snapshot's %v", got, wantTrained.Accuracy)
+	}
+
 	// A stranger's snapshot, or a node that left only one, is an error.
 	if _, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0}, 2, test, t0, 1); !errors.Is(err, ErrBench) {
 		t.Errorf("unknown writer: %v", err)
+	}
+	// So is a node whose last snapshot is not the one it took as it
+	// stopped: holding it would misstate the model it ended with.
+	writeSnap(t, dir, "peerA", 2, t0.Add(1700*time.Millisecond), model, zero, 210, false)
+	_, err = ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, 1)
+	if !errors.Is(err, ErrBench) || !strings.Contains(err.Error(), "node 0's last snapshot") {
+		t.Errorf("a node with no final snapshot: %v", err)
+	}
+	if err := os.Remove(filepath.Join(dir, "snap-peerA-000002.safetensors")); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(dir, "snap-peerB-000001.safetensors")); err != nil {
 		t.Fatal(err)
@@ -570,5 +642,353 @@ func TestCurveIsTheMedianOverSeeds(t *testing.T) {
 	}
 	if !near(c.Mean[0], 0.4) || !near(c.Mean[2], 0.8) || !near(c.Worst[0], 0.35) || !near(c.Worst[2], 0.75) {
 		t.Errorf("mean %v worst %v", c.Mean, c.Worst)
+	}
+}
+
+// gossipFlags are the training and gossip flags a node takes its defaults
+// for (node.DefaultConfig): a default benchmark must pass none to gossip.
+var gossipFlags = []string{"--avg-interval", "--alpha", "--staleness", "--wire-dtype", "--announce-interval", "--lr",
+	"--schedule", "--epochs", "--mode", "--model", "--batch", "--dataset", "--momentum", "--weight-decay"}
+
+func TestDefaultBenchRunsGossipWithTheNodeDefaults(t *testing.T) {
+	c := DefaultBenchConfig()
+	d := node.DefaultConfig()
+	if c.LR != d.Train.LR || c.Epochs != d.Epochs || c.Schedule != d.Train.Schedule || c.AvgInterval != d.AvgInterval ||
+		c.Alpha != d.Merger.Alpha || c.Staleness != d.Merger.Staleness.String() || c.WireDType != d.Exchange.SendDType.String() ||
+		c.Model != d.Train.Model || c.Batch != d.Train.Batch || c.Dataset != d.Dataset {
+		t.Errorf("bench defaults %+v are not the node's", c)
+	}
+	b := &bench{cfg: c, base: 1500 * time.Microsecond}
+	args := b.nodeArgs(c.ending(false, ModeGossip, 1, c.LR), "bench-x-0", "/snaps", "/start")
+	for _, f := range gossipFlags {
+		if slices.Contains(args, f) {
+			t.Errorf("a default gossip node gets %s: %q", f, args)
+		}
+	}
+	want := []string{"--no-data-dir", "--checkpoint-every", "0", "--no-eval", "--snapshot-dir", "/snaps", "--snapshot-every", "250ms",
+		"--threads", "1", "--base-step", "1.5ms", "--log-level", "warn", "--network", "bench-x-0", "--seed", "1", "--start-file", "/start"}
+	if !slices.Equal(args, want) {
+		t.Errorf("default gossip node args\n%q, want the harness's only\n%q", args, want)
+	}
+	if got := c.ModeFlags(ModeGossip); got == nil || len(got) != 0 {
+		t.Errorf("gossip differs from the node's defaults by %q, want an empty list", got)
+	}
+}
+
+func TestModeFlagsListOnlyWhatDiffersFromANodesDefaults(t *testing.T) {
+	c := DefaultBenchConfig()
+	check := func(name string, got []string, want ...string) {
+		t.Helper()
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
+	check("gossip-const", c.ModeFlags(ModeGossipConst), "--staleness const")
+	check("local", c.ModeFlags(ModeLocal), "--mode local")
+	check("sync's tuning run", c.differs(stopped(true, ModeSync, 1000, 0.2, 54.3)),
+		"--mode sync", "--lr 0.2", "--schedule const", "--epochs 0")
+	report := c.ending(false, ModeSync, 1, 0.4)
+	report.epochs = 6.417
+	check("sync's budgeted run", c.differs(report), "--mode sync", "--lr 0.4", "--epochs 6.417")
+	// Values, not spellings: poly:0.50 is the default decay, FP16 the default
+	// precision; the gossip settings mean nothing to local and sync.
+	c.Staleness, c.WireDType, c.AvgInterval, c.Alpha = "poly:0.50", "fp16", 100*time.Millisecond, 0.3
+	c.Schedule, c.NonIID, c.NodeArgs = "cosine:warmup=4%", 0.5, []string{"--holdout", "500"}
+	check("gossip with overrides", c.ModeFlags(ModeGossip), "--non-iid 0.5", "--avg-interval 100ms", "--alpha 0.3", "--holdout 500")
+	check("local with overrides", c.ModeFlags(ModeLocal), "--mode local", "--non-iid 0.5", "--holdout 500")
+	c = QuickBenchConfig()
+	check("quick gossip", c.ModeFlags(ModeGossip), "--epochs 8")
+	c.FixedLR = map[string]float64{ModeGossip: 0.05}
+	check("fixed gossip rate", c.ModeFlags(ModeGossip), "--lr 0.05", "--epochs 8")
+}
+
+func TestEndProblemAcceptsOnlyAFinishedRun(t *testing.T) {
+	done := &FinalEvent{Message: "run complete: 2400000 samples trained by the swarm (40 epochs)"}
+	if p := endProblem(nil, done); p != "" {
+		t.Errorf("a node that exited 0 after finishing its run: %q, want no problem", p)
+	}
+	for name, c := range map[string]struct {
+		exit  error
+		final *FinalEvent
+		want  string
+	}{
+		"crashed":      {errors.New("exit status 1"), nil, "exit status 1"},
+		"crashed late": {errors.New("exit status 2"), done, "exit status 2"},
+		"no final":     {nil, nil, "without a final event"},
+		"interrupted":  {nil, &FinalEvent{Message: "interrupted: progress is saved"}, "before its run ended"},
+		"other stop":   {nil, &FinalEvent{Message: "stopped: --max-steps reached"}, "before its run ended"},
+	} {
+		if p := endProblem(c.exit, c.final); !strings.Contains(p, c.want) {
+			t.Errorf("%s: %q, want it to say %q", name, p, c.want)
+		}
+	}
+}
+
+func TestAwaitRunWaitsForEveryNodeToFinish(t *testing.T) {
+	at := time.Unix(100, 0)
+	exits := make(chan nodeExit, 3)
+	for i := range 3 {
+		exits <- nodeExit{node: 2 - i, at: at.Add(time.Duration(i) * time.Second), finished: true}
+	}
+	stops := 0
+	end, err := awaitRun(t.Context(), 3, exits, nil, func() { stops++ })
+	if err != nil || end.deadline || stops != 0 {
+		t.Fatalf("three finished nodes: %v, deadline %v, %d stops", err, end.deadline, stops)
+	}
+	if !slices.Equal(end.finished, []bool{true, true, true}) || !end.exitAt[0].Equal(at.Add(2*time.Second)) {
+		t.Errorf("finished %v, exits %v", end.finished, end.exitAt)
+	}
+	if end.kind(false) != EndComplete || end.kind(true) != EndComplete {
+		t.Errorf("every node finished: %s / %s, want %s", end.kind(false), end.kind(true), EndComplete)
+	}
+}
+
+func TestAwaitRunStopsWhatStillRunsAtTheDeadline(t *testing.T) {
+	// Node 0 finished; the deadline comes (in either order: select picks
+	// at random among ready cases); stop makes the others exit, and they
+	// say they were interrupted. None of that is an error.
+	exits := make(chan nodeExit, 3)
+	exits <- nodeExit{node: 0, finished: true}
+	deadline := make(chan time.Time, 1)
+	deadline <- time.Time{}
+	stops := 0
+	end, err := awaitRun(t.Context(), 3, exits, deadline, func() {
+		stops++
+		exits <- nodeExit{node: 1, problem: "stopped before its run ended"}
+		exits <- nodeExit{node: 2, problem: "stopped before its run ended"}
+	})
+	if err != nil || !end.deadline || stops != 1 {
+		t.Fatalf("%v, deadline %v, %d stops", err, end.deadline, stops)
+	}
+	if !slices.Equal(end.finished, []bool{true, false, false}) {
+		t.Errorf("finished %v", end.finished)
+	}
+	if end.kind(false) != EndCap || end.kind(true) != EndStopped {
+		t.Errorf("kinds %s / %s, want %s at the cap and %s at a planned stop", end.kind(false), end.kind(true), EndCap, EndStopped)
+	}
+}
+
+func TestAwaitRunFailsOnANodeThatDiesEarly(t *testing.T) {
+	exits := make(chan nodeExit, 2)
+	exits <- nodeExit{node: 1, problem: "exited with exit status 1"}
+	_, err := awaitRun(t.Context(), 2, exits, nil, func() { t.Error("stop called") })
+	if !errors.Is(err, ErrBench) || !strings.Contains(err.Error(), "node 1 exited with exit status 1") {
+		t.Errorf("got %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := awaitRun(ctx, 2, make(chan nodeExit), nil, func() {}); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+}
+
+func TestAnalyzeRunHoldsAnEndedNodesFinalModel(t *testing.T) {
+	// Node 1 ended its run at 4 s with its final model at 0.95 and 4000
+	// samples; W is 10 s.
+	r := fakeRun(ModeGossip, 1, []float64{2, 50}, 1000, 1, 10)
+	r.Traces[1].Points = r.Traces[1].Points[:9]
+	r.Traces[1].Points[8].Accuracy = 0.95
+	analyzeRun(&r, 0.97, 10, []float64{1000, 1000})
+	if r.FinalAccuracy[1] != 0.95 || r.NodeSamplesPerS[1] != 400 || r.FinalAccuracy[0] != 0.99 {
+		t.Errorf("accuracy %v, samples/s %v: want node 1's final 0.95 and 4000 samples over 10 s", r.FinalAccuracy, r.NodeSamplesPerS)
+	}
+	if r.RunClockAtFixedWall != 10000+4000 || r.FixedWallS != 10 {
+		t.Errorf("run clock at W %v, want 14000", r.RunClockAtFixedWall)
+	}
+}
+
+// fakeSwarm stands in for (*bench).swarm: gossip-like runs end by
+// themselves after wall(lr) seconds, runs with a stop time end there; sync
+// trains 1000 samples/s per node and reaches the target sooner at 0.2.
+type fakeSwarm struct {
+	jobs []job
+	wall func(mode string, lr float64) float64
+}
+
+func (f *fakeSwarm) swarm(b *bench, _ context.Context, j job) (Run, error) {
+	f.jobs = append(f.jobs, j)
+	run := b.newRun(j)
+	wall, end := f.wall(j.mode, j.lr), EndComplete
+	if j.stopAt > 0 {
+		wall, end = j.stopAt.Seconds(), EndStopped
+	}
+	reach, rate := 3+10*j.lr, 6000.0
+	if j.mode == ModeSync {
+		reach, rate = 5+10*math.Abs(j.lr-0.2), 1000
+	}
+	for i := range b.cfg.Nodes {
+		run.Traces = append(run.Traces, fakeTrace(i, reach, rate, 0.99, wall))
+		run.NodeExitS, run.NodeFinished = append(run.NodeExitS, wall), append(run.NodeFinished, end == EndComplete)
+	}
+	run.End, run.WallS = end, wall
+	fixed := j.fixedWall
+	if fixed == 0 {
+		fixed = wall
+	}
+	analyzeRun(&run, b.cfg.Target, fixed, b.solo)
+	return run, nil
+}
+
+func fakeBenchConfig() BenchConfig {
+	c := DefaultBenchConfig()
+	c.Binary, c.Out, c.BaseStep, c.Nodes, c.Slowdowns, c.Seeds = "meshtrain", "unused", 2*time.Millisecond, 2, []float64{2, 4}, 1
+	c.Dataset = node.DatasetSynthetic // 2000 training samples, loaded in no time
+	return c
+}
+
+func TestRunBenchMeasuresWOnGossipAndBudgetsSyncToIt(t *testing.T) {
+	f := &fakeSwarm{wall: func(string, float64) float64 { return 20 }}
+	res, err := runBench(t.Context(), fakeBenchConfig(), f.swarm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Validate(); err != nil {
+		t.Fatalf("results: %v", err)
+	}
+	d := node.DefaultConfig()
+	first := f.jobs[0]
+	if !first.tune || first.mode != ModeGossip || first.lr != d.Train.LR || first.epochs != d.Epochs || first.stopAt != 0 {
+		t.Errorf("first run %+v, want gossip at the node's defaults on the tuning seed", first)
+	}
+	if res.Settings.FixedWallS != 20 {
+		t.Errorf("W %v, want gossip's wall time 20 s", res.Settings.FixedWallS)
+	}
+	var syncTune []job
+	for _, j := range f.jobs {
+		if j.tune && j.mode == ModeSync {
+			syncTune = append(syncTune, j)
+			if j.epochs != 0 || j.schedule != "const" || j.stopAt != 20*time.Second || j.fixedWall != 20 {
+				t.Errorf("sync tuning run %+v, want no end, a constant rate, stopped at W", j)
+			}
+		}
+	}
+	if len(syncTune) != 3 || len(f.jobs) != 1+3+4 {
+		t.Fatalf("%d sync tuning runs of %d, want 3 of 8", len(syncTune), len(f.jobs))
+	}
+	// The tuning run at 0.2 reached the target first; at W its group
+	// progress was 3 x 1000 x 20 samples (fakeTrace), 30 passes over the
+	// 2000 synthetic samples.
+	if res.LR[ModeSync] != 0.2 || res.Epochs[ModeSync] != 30 || res.Schedule[ModeSync] != d.Train.Schedule {
+		t.Errorf("sync lr %v, epochs %v, schedule %q; want 0.2, 30, %q", res.LR[ModeSync], res.Epochs[ModeSync],
+			res.Schedule[ModeSync], d.Train.Schedule)
+	}
+	for _, r := range res.Runs {
+		if r.FixedWallS != 20 {
+			t.Errorf("%s: accuracy read at %v s, want W", r.Mode, r.FixedWallS)
+		}
+		if r.Mode == ModeSync && (r.Epochs != 30 || r.StopAtS != 0 || r.LR != 0.2) {
+			t.Errorf("sync report run: %v epochs at %v, stop at %v s; want 30 epochs at 0.2, ending by itself", r.Epochs, r.LR, r.StopAtS)
+		}
+	}
+	want := map[string][]string{
+		ModeGossip:      {"--dataset synthetic"},
+		ModeGossipConst: {"--dataset synthetic", "--staleness const"},
+		ModeSync:        {"--mode sync", "--dataset synthetic", "--lr 0.2", "--epochs 30"},
+		ModeLocal:       {"--mode local", "--dataset synthetic"},
+	}
+	if !reflect.DeepEqual(res.Settings.DiffersFromDefaults, want) {
+		t.Errorf("differs from defaults %q, want %q", res.Settings.DiffersFromDefaults, want)
+	}
+	if res.Settings.TrainSamples != 2000 {
+		t.Errorf("training set %d", res.Settings.TrainSamples)
+	}
+}
+
+func TestRunBenchTunesGossipAndTakesWAtTheChosenRate(t *testing.T) {
+	c := fakeBenchConfig()
+	c.Tune, c.Modes = []string{ModeGossip}, []string{ModeGossip, ModeSync}
+	c.FixedLR = map[string]float64{ModeSync: 0.4}
+	// Lower rates reach the target sooner here (3 + 10 lr s); each rate's
+	// run takes a different time.
+	f := &fakeSwarm{wall: func(_ string, lr float64) float64 { return 20 + 100*lr }}
+	res, err := runBench(t.Context(), c, f.swarm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.LR[ModeGossip] != 0.05 || res.Settings.FixedWallS != 25 {
+		t.Errorf("gossip lr %v, W %v; want 0.05 and its run's 25 s", res.LR[ModeGossip], res.Settings.FixedWallS)
+	}
+	// A fixed sync rate still gets one tuning run, for its clock at W.
+	var lrs []float64
+	for _, j := range f.jobs {
+		if j.tune && j.mode == ModeSync {
+			lrs = append(lrs, j.lr)
+		}
+	}
+	if !slices.Equal(lrs, []float64{0.4}) || res.Epochs[ModeSync] != 3*1000*25/2000.0 {
+		t.Errorf("sync tuned at %v, epochs %v; want one run at 0.4 and 37.5 epochs", lrs, res.Epochs[ModeSync])
+	}
+	if got := res.Settings.DiffersFromDefaults[ModeGossip]; !slices.Equal(got, []string{"--dataset synthetic", "--lr 0.05"}) {
+		t.Errorf("tuned gossip differs by %q", got)
+	}
+}
+
+func TestRunBenchQuickStopsSyncAtWWithoutTuning(t *testing.T) {
+	c := QuickBenchConfig()
+	q := fakeBenchConfig()
+	c.Binary, c.Out, c.BaseStep, c.Nodes, c.Slowdowns, c.Dataset = q.Binary, q.Out, q.BaseStep, q.Nodes, q.Slowdowns, q.Dataset
+	c.Modes = []string{ModeSync, ModeGossip, ModeLocal}
+	f := &fakeSwarm{wall: func(string, float64) float64 { return 11 }}
+	res, err := runBench(t.Context(), c, f.swarm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Validate(); err != nil {
+		t.Fatalf("results: %v", err)
+	}
+	// Nothing is tuned: W comes from seed 1's gossip run, made first and
+	// reported once.
+	if len(res.Tuning) != 0 || len(f.jobs) != 3 || len(res.Runs) != 3 {
+		t.Fatalf("%d tuning runs, %d runs done, %d reported; want 0, 3, 3", len(res.Tuning), len(f.jobs), len(res.Runs))
+	}
+	if j := f.jobs[0]; j.mode != ModeGossip || j.tune || j.seed != 1 || res.Settings.WSeed != 1 || res.Settings.FixedWallS != 11 {
+		t.Errorf("first run %s seed %d (tune %v), W %v on seed %d; want gossip's seed-1 run, W = 11 s", j.mode, j.seed, j.tune,
+			res.Settings.FixedWallS, res.Settings.WSeed)
+	}
+	if res.Runs[1].Mode != ModeGossip || res.Runs[1].FixedWallS != 11 {
+		t.Errorf("runs in %s, %s, %s order; gossip read at %v s", res.Runs[0].Mode, res.Runs[1].Mode, res.Runs[2].Mode,
+			res.Runs[1].FixedWallS)
+	}
+	sync := res.Runs[0]
+	if sync.LR != 0.1 || sync.Epochs != 0 || sync.Schedule != "const" || sync.StopAtS != 11 || sync.End != EndStopped {
+		t.Errorf("quick sync run: lr %v, epochs %v, %q, stop at %v s, %s; want lr 0.1, constant, no end, stopped at W = 11 s",
+			sync.LR, sync.Epochs, sync.Schedule, sync.StopAtS, sync.End)
+	}
+	if got := res.Settings.DiffersFromDefaults[ModeGossip]; !slices.Equal(got, []string{"--dataset synthetic", "--epochs 8"}) {
+		t.Errorf("quick gossip differs by %q", got)
+	}
+	var buf bytes.Buffer
+	if err := WriteReport(&buf, res); err != nil || !strings.Contains(buf.String(), "the first report seed (nothing is tuned") {
+		t.Errorf("the report does not say where W was measured (%v)", err)
+	}
+}
+
+func TestReportSaysHowEachModeDiffersFromANodesDefaults(t *testing.T) {
+	var buf bytes.Buffer
+	if err := WriteReport(&buf, fakeResults()); err != nil {
+		t.Fatal(err)
+	}
+	report := buf.String()
+	for _, want := range []string{
+		"**gossip** runs with a node's defaults (no training or gossip flag beyond the harness's): every node starts a merge every 50 ms",
+		"**W = 10.00 s**",
+		"| gossip | none |",
+		"| gossip-const | `--staleness const` |",
+		"| sync | `--mode sync --lr 0.2 --epochs 2.5` |",
+		"| local | `--mode local` |",
+		"budgeted to W", "`--epochs 2.5`",
+		"| `--no-data-dir` |", "| `--no-eval` |", "| `--threads 1` |", "| `--base-step D` |", "| `--start-file F` |",
+		"| `--network bench-ID-N` |", "| `--checkpoint-every 0` |", "| `--log-level warn` |", "| `--seed N` |",
+		"| `--shard i/n` |", "| `--slowdown F` |",
+		"accuracy at W (10.00 s)",
+	} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	var sum bytes.Buffer
+	WriteSummary(&sum, fakeResults())
+	if !strings.Contains(sum.String(), "W (gossip's wall time on seed 1000) = 10.00 s") || !strings.Contains(sum.String(), "none") {
+		t.Errorf("summary:\n%s", sum.String())
 	}
 }

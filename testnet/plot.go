@@ -84,6 +84,18 @@ func faded(c color.Color) color.Color {
 	return color.NRGBA{R: uint8(r >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: 0x80}
 }
 
+// plotEnd is where the accuracy plot ends: the last report run's end, W at
+// least (a node that ended holds its final model up to there).
+func plotEnd(r *Results) float64 {
+	end := r.Settings.FixedWallS
+	for _, run := range r.Runs {
+		if run.Error == "" {
+			end = max(end, run.WallS)
+		}
+	}
+	return end
+}
+
 // PlotAccuracy draws accuracy vs wall time per mode (solid: the nodes'
 // mean, dashed: the worst node), zoomed on the approach to the target, on
 // a log time axis so the first seconds, where the modes part, are legible.
@@ -96,8 +108,9 @@ func PlotAccuracy(r *Results, path string) error {
 	p.Legend.Top, p.Legend.Left = false, false
 	p.Legend.YPosition = draw.PosBottom
 	target := r.Settings.Target
+	end := plotEnd(r)
 	for _, mode := range r.Settings.Modes {
-		c := Curve(r.Runs, mode, r.Settings.DurationS, r.Settings.SnapshotS)
+		c := Curve(r.Runs, mode, end, r.Settings.SnapshotS)
 		if len(c.T) > 0 && c.T[0] == 0 {
 			// A log axis has no 0; the start is the first snapshot after it.
 			c.T, c.Mean, c.Worst = c.T[1:], c.Mean[1:], c.Worst[1:]
@@ -121,7 +134,7 @@ func PlotAccuracy(r *Results, path string) error {
 		p.Legend.Add(mode+" (worst node)", worst)
 	}
 	x0 := r.Settings.SnapshotS
-	t, err := hline(target, x0, r.Settings.DurationS, color.Black)
+	t, err := hline(target, x0, end, color.Black)
 	if err != nil {
 		return err
 	}
@@ -131,7 +144,7 @@ func PlotAccuracy(r *Results, path string) error {
 	// Add widens the axes to the data; zoom on the approach to the target
 	// afterwards (lines are clipped to the axes).
 	p.Y.Min, p.Y.Max = math.Max(0, target-0.08), 1
-	p.X.Min, p.X.Max = x0, r.Settings.DurationS
+	p.X.Min, p.X.Max = x0, end
 	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
 	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
 }

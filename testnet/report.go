@@ -3,6 +3,7 @@ package testnet
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -55,15 +56,33 @@ func joinG(xs []float64) string {
 	return strings.Join(s, ",")
 }
 
-// WriteReport renders report.md: the setup, each mode's medians, the
-// ratios and bars, every run, the tuning, and the plots.
+// code formats flags as inline code, "none" for none.
+func code(flags []string) string {
+	if len(flags) == 0 {
+		return "none"
+	}
+	return "`" + strings.Join(flags, " ") + "`"
+}
+
+// modeValue is a mode's value in a per-mode map of the results, else def.
+func modeValue[T any](m map[string]T, mode string, def T) T {
+	if v, ok := m[mode]; ok {
+		return v
+	}
+	return def
+}
+
+// WriteReport renders report.md: the method (what each mode runs with and
+// how it differs from a node's defaults, what the harness sets), the
+// setup, each mode's medians, the ratios and bars, every run, the tuning,
+// and the plots.
 func WriteReport(w io.Writer, r *Results) error {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	st := r.Settings
 	p("# meshtrain benchmark\n\n")
 	if st.Quick {
-		p("**Quick run** (a smoke test: one seed, fixed learning rates, a lower target, short runs). " +
+		p("**Quick run** (a smoke test: one seed, no tuning, a short run, a lower target). " +
 			"Its figures are not the benchmark's.\n\n")
 	}
 	p("- Command: `%s`\n", r.Command)
@@ -77,38 +96,28 @@ func WriteReport(w io.Writer, r *Results) error {
 	if m.LoadAvg != "" {
 		p("; load average at start %s", m.LoadAvg)
 	}
-	p("\n\n## Setup\n\n")
+	writeMethod(&b, r)
+	p("\n## Setup\n\n")
 	shards := "iid"
 	if st.NonIID > 0 {
 		shards = fmt.Sprintf("label-skewed (Dirichlet alpha %g)", st.NonIID)
 	}
-	p("| nodes | slowdowns | dataset | shards | model | batch | schedule | target | seeds | tuning seed | run length |\n")
+	p("| nodes | slowdowns | dataset | shards | model | batch | target | seeds | tuning seed | W | cap |\n")
 	p("|---|---|---|---|---|---|---|---|---|---|---|\n")
-	p("| %d | %s | %s | %s | %s | %d | %s | %.1f%% | %d | %d | %.0f s |\n\n", st.Nodes, joinG(st.Slowdowns), st.Dataset,
-		shards, st.Model, st.Batch, st.Schedule, 100*st.Target, len(st.Seeds), st.TuneSeed, st.DurationS)
+	p("| %d | %s | %s | %s | %s | %d | %.1f%% | %d | %d | %.2f s | %.0f s |\n\n", st.Nodes, joinG(st.Slowdowns), st.Dataset,
+		shards, st.Model, st.Batch, 100*st.Target, len(st.Seeds), st.TuneSeed, st.FixedWallS, st.CapS)
 	p("- Heterogeneity: %s.\n", st.Heterogeneity)
 	p("- Base step %.3f ms; solo samples/s per node %s (sum %.0f, the cluster's ceiling).\n", 1000*r.BaseStepS,
 		fmtRates(r.SoloSamplesPerS), r.SoloSamplesPerSSum)
-	p("- Gossip: a merge started every %.0f ms per node (±20%%; one at a time), alpha %g, staleness decay %s "+
-		"(gossip-const: const), models sent as %s. Sync sends fp32 parameters and momentum to a leader every step.\n",
-		1000*st.AvgIntervalS, st.Alpha, st.Staleness, st.WireDType)
-	p("- Learning rates:")
+	p("- Report runs:")
 	for _, mode := range st.Modes {
-		p(" %s %g;", mode, r.LR[mode])
-	}
-	if len(r.Tuning) > 0 {
-		p(" the fastest to target on seed %d from the grid %s (sync: %s).\n", st.TuneSeed, joinG(st.LRGrid), joinG(st.SyncLRGrid))
-	} else {
-		p(" fixed, not tuned.\n")
-	}
-	if st.Anneal {
-		p("- Schedule: %s while tuning; in the report runs each mode's learning rate decays to zero at %.0f s "+
-			"(cosine over the progress its tuning run had reached by then):", st.Schedule, st.DurationS)
-		for _, mode := range st.Modes {
-			p(" %s `%s`;", mode, r.Schedule[mode])
+		length := fmt.Sprintf("%g epochs", r.Epochs[mode])
+		if r.Epochs[mode] == 0 {
+			length = fmt.Sprintf("no end, stopped at %.2f s", st.FixedWallS)
 		}
-		p("\n")
+		p(" %s lr %g, `%s`, %s;", mode, r.LR[mode], r.Schedule[mode], length)
 	}
+	p("\n")
 	p("- Every node snapshots its model every %.0f ms; snapshots are scored on the test set after each run, "+
 		"outside the nodes' busy time. Time 0 is the common start (all nodes released at once).\n", 1000*st.SnapshotS)
 	if len(st.NodeArgs) > 0 {
@@ -116,8 +125,8 @@ func WriteReport(w io.Writer, r *Results) error {
 	}
 
 	p("\n## Results (medians over %d seed(s))\n\n", len(st.Seeds))
-	p("| mode | time to target, all nodes | first node | samples to target | accuracy at %.0f s | cluster samples/s | efficiency | busy fraction per node | MB sent per node |\n", st.FixedWallS)
-	p("|---|---|---|---|---|---|---|---|---|\n")
+	p("| mode | time to target, all nodes | first node | samples to target | accuracy at W (%.2f s) | wall time | cluster samples/s | efficiency | busy fraction per node | MB sent per node |\n", st.FixedWallS)
+	p("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, mode := range st.Modes {
 		s := r.Summary[mode]
 		if s == nil {
@@ -127,9 +136,13 @@ func WriteReport(w io.Writer, r *Results) error {
 		if s.Reached < s.Runs {
 			reached = fmt.Sprintf(" (%d of %d reached)", s.Reached, s.Runs)
 		}
-		p("| %s | %s%s | %s | %s | %s | %s | %s | %s | %s |\n", mode, secs(s.TimeToTargetS), reached, secs(s.FirstNodeTimeS),
-			num(s.SamplesToTarget, "%.0f"), pct(s.FinalAccuracy), num(s.SamplesPerS, "%.0f"), num(s.Efficiency, "%.3f"),
-			fracs(s.BusyFraction), mbs(s.BytesSentPerNode))
+		capped := ""
+		if s.Capped > 0 {
+			capped = fmt.Sprintf(" (%d capped)", s.Capped)
+		}
+		p("| %s | %s%s | %s | %s | %s | %s%s | %s | %s | %s | %s |\n", mode, secs(s.TimeToTargetS), reached, secs(s.FirstNodeTimeS),
+			num(s.SamplesToTarget, "%.0f"), pct(s.FinalAccuracy), secs(s.WallS), capped, num(s.SamplesPerS, "%.0f"),
+			num(s.Efficiency, "%.3f"), fracs(s.BusyFraction), mbs(s.BytesSentPerNode))
 	}
 	if s := r.Summary[ModeSync]; s != nil {
 		p("\nIdeal time to target (sync's samples to target / sum of solo rates): %s. "+
@@ -157,7 +170,7 @@ func WriteReport(w io.Writer, r *Results) error {
 	p("\n## Runs\n\n")
 	writeRunTable(&b, r.Runs)
 	if len(r.Tuning) > 0 {
-		p("\n## Learning-rate tuning (seed %d)\n\n", st.TuneSeed)
+		p("\n## Runs on the tuning seed (%d): W and the learning rates\n\n", st.TuneSeed)
 		writeRunTable(&b, r.Tuning)
 	}
 	p("\n## Plots\n\n![accuracy vs wall time](%s)\n\n![busy fraction per node](%s)\n\n![time to target](%s)\n",
@@ -167,11 +180,11 @@ func WriteReport(w io.Writer, r *Results) error {
 }
 
 func writeRunTable(b *strings.Builder, runs []Run) {
-	fmt.Fprintf(b, "| mode | seed | lr | all nodes | first node | samples to target | ideal | final accuracy | samples/s | efficiency | busy per node | merges per node | network wait s per node | load |\n")
-	fmt.Fprintf(b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "| mode | seed | flags beyond the harness's | end | wall s | all nodes | first node | samples to target | ideal | accuracy at fixed wall | run clock there | samples/s | efficiency | busy per node | merges per node | network wait s per node | load |\n")
+	fmt.Fprintf(b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, run := range runs {
 		if run.Error != "" {
-			fmt.Fprintf(b, "| %s | %d | %g | failed: %s |\n", run.Mode, run.Seed, run.LR, strings.ReplaceAll(run.Error, "|", "/"))
+			fmt.Fprintf(b, "| %s | %d | %s | failed: %s |\n", run.Mode, run.Seed, code(run.Flags), strings.ReplaceAll(run.Error, "|", "/"))
 			continue
 		}
 		merges := make([]string, len(run.Merges))
@@ -182,10 +195,108 @@ func writeRunTable(b *strings.Builder, runs []Run) {
 		for i, w := range run.NetworkWaitS {
 			waits[i] = fmt.Sprintf("%.1f", w)
 		}
-		fmt.Fprintf(b, "| %s | %d | %g | %s | %s | %s | %s | %.2f%% | %.0f | %.3f | %s | %s | %s | %.1f |\n", run.Mode, run.Seed,
-			run.LR, secs(run.TimeToTargetS), secs(run.FirstNodeTimeS), num(run.SamplesToTarget, "%.0f"), secs(run.IdealTimeS),
-			100*run.FinalAccuracyMean, run.SamplesPerS, run.Efficiency, fracs(run.BusyFraction), strings.Join(merges, " / "),
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %.2f | %s | %s | %s | %s | %.2f%% at %.2f s | %.0f | %.0f | %.3f | %s | %s | %s | %.1f |\n",
+			run.Mode, run.Seed, code(run.Flags), run.End, run.WallS, secs(run.TimeToTargetS), secs(run.FirstNodeTimeS),
+			num(run.SamplesToTarget, "%.0f"), secs(run.IdealTimeS), 100*run.FinalAccuracyMean, run.FixedWallS,
+			run.RunClockAtFixedWall, run.SamplesPerS, run.Efficiency, fracs(run.BusyFraction), strings.Join(merges, " / "),
 			strings.Join(waits, " / "), run.LoadAvg)
+	}
+}
+
+// writeMethod describes what every mode ran with, in the results' own
+// terms: the gossip settings, how W was measured and how sync was tuned
+// and budgeted, the flags each mode's nodes differ from a node's defaults
+// by, and the harness's flags.
+func writeMethod(b *strings.Builder, r *Results) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	st := r.Settings
+	diff := st.DiffersFromDefaults
+	p("\n\n## Method\n\n")
+	p("Every mode runs on the same local swarm of `meshtrain node` processes (loopback, the `local` profile), " +
+		"one run after another; within a seed the modes alternate, so a change in the machine's load falls on every mode alike.\n\n")
+	// Gossip is described by its run on the tuning seed that W is the wall
+	// time of: it runs even when gossip is not among the modes reported.
+	lr, sched, epochs := modeValue(r.LR, ModeGossip, st.LR), modeValue(r.Schedule, ModeGossip, st.Schedule),
+		modeValue(r.Epochs, ModeGossip, st.Epochs)
+	g, reported := diff[ModeGossip]
+	for _, t := range append(slices.Clone(r.Tuning), r.Runs...) {
+		if t.Mode == ModeGossip && t.Error == "" && t.Seed == st.WSeed && t.WallS == st.FixedWallS {
+			lr, sched, epochs = t.LR, t.Schedule, t.Epochs
+			if !reported {
+				g = t.Flags
+			}
+			break
+		}
+	}
+	if len(g) == 0 {
+		p("- **gossip** runs with a node's defaults (no training or gossip flag beyond the harness's)")
+	} else {
+		p("- **gossip** runs with a node's defaults except %s", code(g))
+	}
+	p(": every node starts a merge every %.0f ms (±20%%) with one random peer, base weight %g, staleness decay `%s`, "+
+		"models sent as %s, learning rate %g with schedule `%s` over a run of %g epochs on the run clock (%g x %d samples, "+
+		"every node's samples added up). Every node ends the run by itself. ", 1000*st.AvgIntervalS, st.Alpha, st.Staleness,
+		st.WireDType, lr, sched, epochs, epochs, st.TrainSamples)
+	if slices.Contains(st.Tune, ModeGossip) {
+		p("Its learning rate is the fastest to target on seed %d of the grid %s. ", st.TuneSeed, joinG(st.LRGrid))
+	}
+	which := "the tuning seed"
+	if st.WSeed != st.TuneSeed {
+		which = "the first report seed (nothing is tuned, so no run is made on the tuning seed)"
+	}
+	p("Its wall time on %s %d, common start to the last node's exit, **W = %.2f s**, is every mode's budget.\n",
+		which, st.WSeed, st.FixedWallS)
+	if slices.Contains(st.Modes, ModeGossipConst) {
+		p("- **gossip-const**: the same with %s (plain AD-PSGD-style averaging), the control for the staleness decay.\n",
+			code(diff[ModeGossipConst]))
+	}
+	if slices.Contains(st.Modes, ModeLocal) {
+		p("- **local**: the same with %s: no merges, each node trains on its own shard only (its run clock still adds up every node's samples).\n",
+			code(diff[ModeLocal]))
+	}
+	if slices.Contains(st.Modes, ModeSync) {
+		p("- **sync**, the baseline with DDP semantics: every step, every node sends its parameters and momentum (fp32) to a leader, " +
+			"which averages and answers, so each step waits for the slowest node. Its batch is the sum of the nodes', so it keeps a " +
+			"learning rate and a run length of its own: ")
+		_, fixed := st.FixedLR[ModeSync]
+		switch {
+		case fixed:
+			p("learning rate %g, fixed", r.LR[ModeSync])
+		default:
+			p("learning rate %g, the fastest to target (else the most accurate at W) of the grid %s on seed %d, each tried at a "+
+				"constant rate with no end and stopped at W", r.LR[ModeSync], joinG(st.SyncLRGrid), st.TuneSeed)
+		}
+		if st.BudgetSync {
+			var clock float64
+			for _, t := range r.Tuning {
+				if t.Mode == ModeSync && t.LR == r.LR[ModeSync] && t.Error == "" {
+					clock = t.RunClockAtFixedWall
+					break
+				}
+			}
+			p("; its report runs are budgeted to W: they run the run clock its tuning run at that rate had reached at W "+
+				"(%.0f samples of group progress, so `--epochs %g`), with the schedule `%s` over it, so its learning rate "+
+				"decays to zero at about W as gossip's does. Flags: %s.\n", clock, r.Epochs[ModeSync], r.Schedule[ModeSync],
+				code(diff[ModeSync]))
+		} else {
+			p("; its report runs run at that constant rate with no end and are stopped at W (no budgeted run: a quick run). Flags: %s.\n",
+				code(diff[ModeSync]))
+		}
+	}
+	p("- Accuracy at equal wall time is every mode's at W; a node that ended its run holds its final model from then on. "+
+		"Every run is capped at %.0f s; a run that hits the cap is marked `capped`, not failed.\n", st.CapS)
+
+	p("\n### Settings that differ from a node's defaults\n\n")
+	p("Every flag a mode's report runs give their nodes beyond the harness's own (below), compared with `meshtrain node`'s defaults:\n\n")
+	p("| mode | differs from a node's defaults by |\n|---|---|\n")
+	for _, mode := range st.Modes {
+		p("| %s | %s |\n", mode, code(diff[mode]))
+	}
+	if len(st.Harness) > 0 {
+		p("\n### Harness settings every node gets\n\n| flag | why |\n|---|---|\n")
+		for _, h := range st.Harness {
+			p("| `%s` | %s |\n", h.Flag, h.Why)
+		}
 	}
 }
 
@@ -193,15 +304,21 @@ func writeRunTable(b *strings.Builder, runs []Run) {
 // table, for the end of `meshtrain bench`.
 func WriteSummary(w io.Writer, r *Results) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODE\tLR\tTIME TO TARGET\tFIRST NODE\tSAMPLES TO TARGET\tFINAL ACC\tSAMPLES/S\tEFFICIENCY\tMIN BUSY")
+	fmt.Fprintf(w, "W (gossip's wall time on seed %d) = %.2f s; accuracy at equal wall time is read there\n",
+		r.Settings.WSeed, r.Settings.FixedWallS)
+	fmt.Fprintln(tw, "MODE\tLR\tEPOCHS\tTIME TO TARGET\tFIRST NODE\tSAMPLES TO TARGET\tACC AT W\tWALL\tSAMPLES/S\tEFFICIENCY\tMIN BUSY\tDIFFERS FROM NODE DEFAULTS")
 	for _, mode := range r.Settings.Modes {
 		s := r.Summary[mode]
 		if s == nil {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mode, r.LR[mode], secs(s.TimeToTargetS), secs(s.FirstNodeTimeS),
-			num(s.SamplesToTarget, "%.0f"), pct(s.FinalAccuracy), num(s.SamplesPerS, "%.0f"), num(s.Efficiency, "%.3f"),
-			num(s.MinBusyFraction, "%.3f"))
+		diff := strings.Join(r.Settings.DiffersFromDefaults[mode], " ")
+		if diff == "" {
+			diff = "none"
+		}
+		fmt.Fprintf(tw, "%s\t%g\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mode, r.LR[mode], r.Epochs[mode],
+			secs(s.TimeToTargetS), secs(s.FirstNodeTimeS), num(s.SamplesToTarget, "%.0f"), pct(s.FinalAccuracy), secs(s.WallS),
+			num(s.SamplesPerS, "%.0f"), num(s.Efficiency, "%.3f"), num(s.MinBusyFraction, "%.3f"), diff)
 	}
 	tw.Flush()
 	if s := r.Summary[ModeSync]; s != nil {

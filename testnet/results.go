@@ -13,7 +13,11 @@ import (
 
 // ResultsSchema names the layout of results.json; it changes when a field
 // changes meaning.
-const ResultsSchema = "meshtrain-bench/1"
+//
+// /2: runs end by themselves (gossip at the node's defaults); the fixed
+// wall time is gossip's wall time W on the tuning seed, not a set run
+// length; sync is budgeted to W; wall_s is until the last node exited.
+const ResultsSchema = "meshtrain-bench/2"
 
 // The modes a benchmark compares. gossip-const is gossip with --staleness
 // const (plain AD-PSGD-style averaging).
@@ -45,12 +49,16 @@ type Results struct {
 	SoloSamplesPerS    []float64 `json:"solo_samples_per_s"`
 	SoloSamplesPerSSum float64   `json:"solo_samples_per_s_sum"`
 
-	// LR is each mode's learning rate, chosen on the tuning seed, and
-	// Schedule its schedule in the report runs.
+	// LR, Schedule and Epochs are each mode's learning rate, schedule and
+	// run length (--epochs; 0: no end, stopped at W) in the report runs.
 	LR       map[string]float64 `json:"lr"`
 	Schedule map[string]string  `json:"schedule"`
-	Tuning   []Run              `json:"tuning"`
-	Runs     []Run              `json:"runs"`
+	Epochs   map[string]float64 `json:"epochs"`
+	// Tuning holds the runs on the tuning seed: gossip's (W is the wall
+	// time of the one at the chosen rate), any other tuned mode's, and
+	// sync's at each rate of its grid, stopped at W.
+	Tuning []Run `json:"tuning"`
+	Runs   []Run `json:"runs"`
 
 	Summary map[string]*ModeSummary `json:"summary"`
 	Ratios  Ratios                  `json:"ratios"`
@@ -69,43 +77,100 @@ type Machine struct {
 	LoadAvg     string `json:"load_avg_at_start,omitempty"`
 }
 
-// Settings are the benchmark's inputs.
+// Settings are the benchmark's inputs, and the run lengths and flags it
+// chose from what it measured on the tuning seed.
 type Settings struct {
-	Nodes         int       `json:"nodes"`
-	Slowdowns     []float64 `json:"slowdowns"`
-	Target        float64   `json:"target"`
-	Seeds         []uint64  `json:"seeds"`
-	TuneSeed      uint64    `json:"tune_seed"`
-	Dataset       string    `json:"dataset"`
-	NonIID        float64   `json:"non_iid"`
-	Model         string    `json:"model"`
-	Batch         int       `json:"batch"`
-	Schedule      string    `json:"schedule"`
-	Anneal        bool      `json:"anneal"`
-	Modes         []string  `json:"modes"`
-	LRGrid        []float64 `json:"lr_grid"`
-	SyncLRGrid    []float64 `json:"sync_lr_grid"`
-	DurationS     float64   `json:"duration_s"`
-	FixedWallS    float64   `json:"fixed_wall_s"`
-	SnapshotS     float64   `json:"snapshot_every_s"`
-	AvgIntervalS  float64   `json:"avg_interval_s"`
-	Alpha         float64   `json:"alpha"`
-	Staleness     string    `json:"staleness"`
-	WireDType     string    `json:"wire_dtype"`
-	Threads       int       `json:"threads"`
-	NodeArgs      []string  `json:"node_args,omitempty"`
-	Heterogeneity string    `json:"heterogeneity"`
-	Quick         bool      `json:"quick"`
+	Nodes     int       `json:"nodes"`
+	Slowdowns []float64 `json:"slowdowns"`
+	Target    float64   `json:"target"`
+	Seeds     []uint64  `json:"seeds"`
+	TuneSeed  uint64    `json:"tune_seed"`
+	Dataset   string    `json:"dataset"`
+	NonIID    float64   `json:"non_iid"`
+	Model     string    `json:"model"`
+	Batch     int       `json:"batch"`
+	// TrainSamples is the training set's size: one epoch of the run clock.
+	TrainSamples int      `json:"train_samples"`
+	Modes        []string `json:"modes"`
+	// The runs that end by themselves (BenchConfig: the node's defaults
+	// unless overridden): learning rate, --epochs, schedule, gossip.
+	LR           float64 `json:"lr"`
+	Epochs       float64 `json:"epochs"`
+	Schedule     string  `json:"schedule"`
+	AvgIntervalS float64 `json:"avg_interval_s"`
+	Alpha        float64 `json:"alpha"`
+	Staleness    string  `json:"staleness"`
+	WireDType    string  `json:"wire_dtype"`
+	// Tuning: the grids, the modes tuned on LRGrid besides sync, the fixed
+	// rates, and whether sync's report runs are budgeted to W.
+	LRGrid     []float64          `json:"lr_grid"`
+	SyncLRGrid []float64          `json:"sync_lr_grid"`
+	Tune       []string           `json:"tune"`
+	FixedLR    map[string]float64 `json:"fixed_lr,omitempty"`
+	BudgetSync bool               `json:"budget_sync"`
+	// CapS bounds every run's wall time. FixedWallS is W: gossip's wall
+	// time on WSeed, common start to the last node's exit; every
+	// mode's accuracy at equal wall time is read there, and sync's runs
+	// with no end are stopped there.
+	CapS       float64 `json:"cap_s"`
+	FixedWallS float64 `json:"fixed_wall_s"`
+	// WSeed is the seed W was measured on: the tuning seed, or the first
+	// report seed when nothing is tuned (a quick run).
+	WSeed     uint64  `json:"w_seed"`
+	SnapshotS float64 `json:"snapshot_every_s"`
+	Threads   int     `json:"threads"`
+	// NodeArgs are the extra node flags given after --.
+	NodeArgs      []string `json:"node_args,omitempty"`
+	Heterogeneity string   `json:"heterogeneity"`
+	Quick         bool     `json:"quick"`
+	// DiffersFromDefaults lists, per mode, every setting its report runs'
+	// nodes get beyond the harness's flags, "flag value" each: how they
+	// differ from a `meshtrain node` with its defaults (empty: not at all).
+	DiffersFromDefaults map[string][]string `json:"differs_from_defaults"`
+	// Harness is what every node of every run gets from the harness, and
+	// why.
+	Harness []HarnessFlag `json:"harness"`
 }
 
+// HarnessFlag is a node setting the harness gives every node, and why.
+type HarnessFlag struct {
+	Flag string `json:"flag"`
+	Why  string `json:"why"`
+}
+
+// How a run ended (Run.End).
+const (
+	// EndComplete: every node ended its run by itself.
+	EndComplete = "complete"
+	// EndStopped: the run had no end; the harness stopped it at its stop
+	// time (sync's runs at constant rate, at W).
+	EndStopped = "stopped"
+	// EndCap: a node still ran at the cap and was stopped there.
+	EndCap = "capped"
+)
+
 // Run is one run of one mode on one seed: every node of the swarm, from a
-// common start to a fixed wall time.
+// common start until the last one exited.
 type Run struct {
 	Mode     string  `json:"mode"`
 	Seed     uint64  `json:"seed"`
 	LR       float64 `json:"lr"`
 	Schedule string  `json:"schedule"`
-	WallS    float64 `json:"wall_s"`
+	// Epochs is the run's --epochs (0: no end); Flags its settings beyond
+	// the harness's flags (see Settings.DiffersFromDefaults).
+	Epochs float64  `json:"epochs"`
+	Flags  []string `json:"flags"`
+	// StopAtS is when the harness stops a run with no end (0: the run
+	// ends by itself, within the cap). End is how it ended: EndComplete,
+	// EndStopped or EndCap.
+	StopAtS float64 `json:"stop_at_s"`
+	End     string  `json:"end"`
+	// WallS: common start until the last node exited. NodeExitS: each
+	// node's exit; NodeFinished: whether it ended its run by itself (a node
+	// that did holds its final model from then on).
+	WallS        float64   `json:"wall_s"`
+	NodeExitS    []float64 `json:"node_exit_s"`
+	NodeFinished []bool    `json:"node_finished"`
 
 	// TimeToTargetS: every node's model at target (the last node's first
 	// time there); FirstNodeTimeS: the first node's.
@@ -122,18 +187,22 @@ type Run struct {
 	// communication cost): what a perfect synchronous implementation takes.
 	SyncPaceTimeS *float64 `json:"sync_pace_time_to_target_s"`
 
-	// Accuracy of each node's model at the fixed wall time, and their mean.
-	FixedWallS        float64   `json:"fixed_wall_s"`
-	FinalAccuracy     []float64 `json:"final_accuracy"`
-	FinalAccuracyMean float64   `json:"final_accuracy_mean"`
-	SamplesPerS       float64   `json:"samples_per_s"`
-	NodeSamplesPerS   []float64 `json:"node_samples_per_s"`
-	Efficiency        float64   `json:"cluster_efficiency"`
-	BusyFraction      []float64 `json:"busy_fraction"`
-	BytesSent         []uint64  `json:"bytes_sent"`
-	Merges            []int64   `json:"merges"`
-	NetworkWaitS      []float64 `json:"network_wait_s"`
-	Traces            []Trace   `json:"traces"`
+	// Accuracy of each node's model at the fixed wall time (W for every
+	// report run and sync's tuning runs; a run's own end for a tuning run
+	// that ends by itself), and their mean. RunClockAtFixedWall is the run
+	// clock there (see RunClockAt).
+	FixedWallS          float64   `json:"fixed_wall_s"`
+	RunClockAtFixedWall float64   `json:"run_clock_at_fixed_wall"`
+	FinalAccuracy       []float64 `json:"final_accuracy"`
+	FinalAccuracyMean   float64   `json:"final_accuracy_mean"`
+	SamplesPerS         float64   `json:"samples_per_s"`
+	NodeSamplesPerS     []float64 `json:"node_samples_per_s"`
+	Efficiency          float64   `json:"cluster_efficiency"`
+	BusyFraction        []float64 `json:"busy_fraction"`
+	BytesSent           []uint64  `json:"bytes_sent"`
+	Merges              []int64   `json:"merges"`
+	NetworkWaitS        []float64 `json:"network_wait_s"`
+	Traces              []Trace   `json:"traces"`
 	// The harness's own time: starting the swarm, and scoring snapshots.
 	SetupS   float64 `json:"setup_s"`
 	ScoringS float64 `json:"scoring_s"`
@@ -145,8 +214,12 @@ type Run struct {
 
 // ModeSummary holds a mode's medians over the report seeds.
 type ModeSummary struct {
-	Runs              int       `json:"runs"`
-	Reached           int       `json:"reached_target"`
+	Runs    int `json:"runs"`
+	Reached int `json:"reached_target"`
+	// Capped counts the runs that hit the cap; WallS is the median run's
+	// wall time.
+	Capped            int       `json:"capped"`
+	WallS             *float64  `json:"wall_s"`
 	TimeToTargetS     *float64  `json:"time_to_target_s"`
 	FirstNodeTimeS    *float64  `json:"first_node_time_s"`
 	SamplesToTarget   *float64  `json:"samples_to_target"`
@@ -266,6 +339,9 @@ func (r *Results) Validate() error {
 	if len(r.Settings.Modes) == 0 || len(r.Settings.Seeds) == 0 {
 		bad("no modes or no seeds")
 	}
+	if !(r.Settings.FixedWallS > 0) || !(r.Settings.CapS > 0) || r.Settings.TrainSamples < 1 {
+		bad("fixed wall time %v s, cap %v s, training set of %d", r.Settings.FixedWallS, r.Settings.CapS, r.Settings.TrainSamples)
+	}
 	for _, m := range r.Settings.Modes {
 		if !slices.Contains(AllModes, m) {
 			bad("unknown mode %q", m)
@@ -275,6 +351,12 @@ func (r *Results) Validate() error {
 		}
 		if r.Summary[m] == nil {
 			bad("mode %s has no summary", m)
+		}
+		if e, ok := r.Epochs[m]; !ok || !(e >= 0) {
+			bad("mode %s has no run length", m)
+		}
+		if _, ok := r.Settings.DiffersFromDefaults[m]; !ok {
+			bad("mode %s does not list how it differs from a node's defaults", m)
 		}
 		for _, s := range r.Settings.Seeds {
 			k := 0
@@ -294,11 +376,17 @@ func (r *Results) Validate() error {
 		}
 		if len(run.NodeTimeToTargetS) != n || len(run.FinalAccuracy) != n || len(run.BusyFraction) != n ||
 			len(run.BytesSent) != n || len(run.Merges) != n || len(run.NetworkWaitS) != n || len(run.Traces) != n ||
-			len(run.NodeSamplesPerS) != n {
+			len(run.NodeSamplesPerS) != n || len(run.NodeExitS) != n || len(run.NodeFinished) != n {
 			bad("run %d (%s seed %d): per-node fields do not have %d entries", i, run.Mode, run.Seed, n)
 		}
 		if !(run.WallS > 0) || !(run.SamplesPerS >= 0) || !(run.Efficiency >= 0) {
 			bad("run %d (%s seed %d): wall %v s, %v samples/s, efficiency %v", i, run.Mode, run.Seed, run.WallS, run.SamplesPerS, run.Efficiency)
+		}
+		if run.End != EndComplete && run.End != EndStopped && run.End != EndCap {
+			bad("run %d (%s seed %d): end %q, want %s, %s or %s", i, run.Mode, run.Seed, run.End, EndComplete, EndStopped, EndCap)
+		}
+		if !(run.FixedWallS > 0) || !(run.Epochs >= 0) {
+			bad("run %d (%s seed %d): fixed wall time %v s, epochs %v", i, run.Mode, run.Seed, run.FixedWallS, run.Epochs)
 		}
 		for _, b := range run.BusyFraction {
 			if !(b >= 0 && b <= 1) {

@@ -21,6 +21,8 @@ type snapshotMeta struct {
 	seq         int
 	point       Point
 	unixNano    int64
+	// final: the snapshot the node took as it stopped (its final model).
+	final bool
 }
 
 // parseSnapshotMeta reads the counters node.writeSnapshot records.
@@ -43,6 +45,7 @@ func parseSnapshotMeta(meta map[string]string) (snapshotMeta, error) {
 	}
 	m.peer, m.model = meta[node.MetaPeerID], meta[node.MetaModel]
 	m.seq = int(i64(node.MetaSnapshotSeq))
+	m.final = meta[node.MetaFinal] == "true"
 	m.unixNano = i64(node.MetaTimeUnixNano)
 	bytes, err := strconv.ParseUint(meta[node.MetaBytesSent], 10, 64)
 	if err != nil {
@@ -61,7 +64,9 @@ func parseSnapshotMeta(meta map[string]string) (snapshotMeta, error) {
 // goroutines, and returns one trace per node, in time order. peers maps a
 // writer's peer ID to its node index (0..nodes-1); times are seconds
 // since t0. Every node must have left at least two snapshots (the first,
-// at the start, and the final one).
+// at the start, and the final one), and its last must be the final one:
+// a trace holds its last point after it ends (AccuracyAt, SamplesAt), which
+// is right only for the model the node ended with.
 func ScoreSnapshots(ctx context.Context, dir string, peers map[string]int, nodes int, test *train.Dataset,
 	t0 time.Time, workers int) ([]Trace, error) {
 	files, err := filepath.Glob(filepath.Join(dir, node.SnapshotGlob))
@@ -69,9 +74,10 @@ func ScoreSnapshots(ctx context.Context, dir string, peers map[string]int, nodes
 		return nil, err
 	}
 	type scored struct {
-		node int
-		seq  int
-		p    Point
+		node  int
+		seq   int
+		final bool
+		p     Point
 	}
 	out := make([]scored, len(files))
 	errs := make([]error, len(files))
@@ -92,7 +98,7 @@ func ScoreSnapshots(ctx context.Context, dir string, peers map[string]int, nodes
 					continue
 				}
 				s.point.T = float64(s.unixNano-t0.UnixNano()) / 1e9
-				out[i] = scored{node: idx, seq: s.seq, p: s.point}
+				out[i] = scored{node: idx, seq: s.seq, final: s.final, p: s.point}
 			}
 		})
 	}
@@ -116,6 +122,8 @@ feed:
 	}
 	traces := make([]Trace, nodes)
 	seqs := make([][]int, nodes)
+	lastFinal := make([]bool, nodes)
+	lastSeq := make([]int, nodes)
 	for i := range traces {
 		traces[i].Node = i
 	}
@@ -125,6 +133,9 @@ feed:
 		}
 		traces[s.node].Points = append(traces[s.node].Points, s.p)
 		seqs[s.node] = append(seqs[s.node], s.seq)
+		if len(seqs[s.node]) == 1 || s.seq > lastSeq[s.node] {
+			lastSeq[s.node], lastFinal[s.node] = s.seq, s.final
+		}
 	}
 	for i := range traces {
 		order := make([]int, len(seqs[i]))
@@ -139,6 +150,9 @@ feed:
 		traces[i].Points = pts
 		if len(pts) < 2 {
 			return nil, fmt.Errorf("%w: node %d left %d snapshots in %s, want at least 2", ErrBench, i, len(pts), dir)
+		}
+		if !lastFinal[i] {
+			return nil, fmt.Errorf("%w: node %d's last snapshot in %s is not its final one (it did not stop cleanly)", ErrBench, i, dir)
 		}
 		if err := traces[i].Validate(); err != nil {
 			return nil, err

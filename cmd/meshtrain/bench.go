@@ -15,58 +15,96 @@ import (
 )
 
 func runBench(ctx context.Context, e *env, args []string) int {
-	fs := newFlags(e, "[flags] [-- node flags]")
-	d := testnet.DefaultBenchConfig()
-	out := fs.String("out", d.Out, "folder for results.json, report.md and the plots (the nodes' logs go to OUT/work)")
-	work := fs.String("work", "", "folder for the nodes' logs and snapshots (default OUT/work)")
-	nodes := fs.Int("nodes", d.Nodes, "number of node processes")
-	slow := fs.String("slowdowns", "2,2,4,8", "per-node slowdown factors (a shorter list repeats)")
-	target := fs.Float64("target", d.Target, "test accuracy the times to target are measured at, in (0,1]")
-	seeds := fs.Int("seeds", d.Seeds, "seeds in the report (1..N)")
-	tuneSeed := fs.Uint64("tune-seed", d.TuneSeed, "seed the learning rates are chosen on (not a report seed)")
-	dataset := fs.String("dataset", d.Dataset, "dataset: mnist or synthetic")
-	dataPath := fs.String("data", "", "folder of MNIST IDX files (default: the copy built into the binary)")
-	nonIID := fs.Float64("non-iid", 0, "Dirichlet alpha for label-skewed shards (0: iid)")
-	model := fs.String("model", d.Model, "model: softmax or mlp:H1,H2,...")
-	batch := fs.Int("batch", d.Batch, "samples per step and node")
-	schedule := fs.String("schedule", d.Schedule, "LR schedule, the same for every mode (of the tuning runs, with --anneal)")
-	anneal := fs.Bool("anneal", d.Anneal, "decay each mode's learning rate to zero at the end of its report runs (needs tuning)")
-	modes := fs.String("modes", strings.Join(d.Modes, ","), "modes to compare: gossip, gossip-const, sync, local")
-	lrGrid := fs.String("lr-grid", joinFloats(d.LRGrid), "learning rates tried for every mode but sync")
-	syncGrid := fs.String("sync-lr-grid", joinFloats(d.SyncLRGrid), "learning rates tried for sync (its batch is nodes x batch)")
-	lrs := fs.String("lr", "", "fixed learning rates, MODE=LR,... (those modes skip tuning)")
-	duration := fs.Duration("duration", d.Duration, "wall time of each run; the final accuracy is read there")
-	baseStep := fs.Duration("base-step", 0, "base step time the slowdowns multiply (0: calibrate solo at start)")
-	snapEvery := fs.Duration("snapshot-every", d.SnapshotEvery, "time resolution: wall time between model snapshots")
-	avgInterval := fs.Duration("avg-interval", d.AvgInterval, "gossip: wall time between the merges a node starts")
-	alpha := fs.Float64("alpha", d.Alpha, "gossip: base merge weight")
-	staleness := fs.String("staleness", d.Staleness, "gossip: staleness decay (gossip-const uses const)")
-	wire := fs.String("wire-dtype", d.WireDType, "gossip: precision of the models sent, fp32 or fp16")
-	threads := fs.Int("threads", d.Threads, "cores per node")
-	settle := fs.Duration("settle", d.Settle, "wait after the nodes are up, before the common start")
-	keep := fs.Bool("keep-snapshots", false, "keep the snapshot files after scoring them")
-	render := fs.String("render", "", "run nothing: rewrite report.md and the plots of DIR from its results.json")
-	quick := fs.Bool("quick", false, "a short smoke run: 1 seed, fixed learning rates, no annealing, target 95%, 15 s runs (explicit flags still win)")
-	if code, ok := parse(e, fs, args); !ok {
+	cfg, render, code, ok := benchConfig(e, args)
+	if !ok {
 		return code
 	}
-	if fs.NArg() > 0 && !slices.Contains(args, "--") {
-		return usageError(e, "unexpected argument %q (node flags go after --)", fs.Arg(0))
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if *render != "" {
-		res, err := testnet.ReadResultsFile(filepath.Join(*render, testnet.ResultsFile))
+	if render != "" {
+		res, err := testnet.ReadResultsFile(filepath.Join(render, testnet.ResultsFile))
 		if err != nil {
 			return failure(e, err)
 		}
-		if err := testnet.WriteAll(*render, res); err != nil {
+		if err := testnet.WriteAll(render, res); err != nil {
 			return failure(e, err)
 		}
 		testnet.WriteSummary(e.stdout, res)
 		return exitOK
 	}
-	cfg := d
+	fmt.Fprintf(e.stdout, "benchmark: %d nodes at %s, target %.1f%%, %d seed(s), modes %s, gossip %g epochs (cap %v per run); writing to %s\n",
+		cfg.Nodes, joinFloats(cfg.Slowdowns), 100*cfg.Target, cfg.Seeds, strings.Join(cfg.Modes, ","), cfg.Epochs, cfg.Cap, cfg.Out)
+	for _, m := range cfg.Modes {
+		if m == testnet.ModeSync {
+			continue // its rate and run length come from its tuning runs
+		}
+		diff := strings.Join(cfg.ModeFlags(m), " ")
+		if diff == "" {
+			diff = "none"
+		}
+		fmt.Fprintf(e.stdout, "  %s differs from a node's defaults by: %s\n", m, diff)
+	}
+	res, err := testnet.RunBench(ctx, cfg)
+	if err != nil {
+		return failure(e, err)
+	}
+	if err := testnet.WriteAll(cfg.Out, res); err != nil {
+		return failure(e, err)
+	}
+	testnet.WriteSummary(e.stdout, res)
+	fmt.Fprintf(e.stdout, "wrote %s/{results.json,report.md,*.png} in %s\n", cfg.Out,
+		(time.Duration(res.RunTimeS * float64(time.Second))).Round(time.Second))
+	return exitOK
+}
+
+// benchConfig reads bench's flags: the benchmark to run, or the results
+// dir to render. ok=false means exit with code (a usage error or --help).
+func benchConfig(e *env, args []string) (cfg testnet.BenchConfig, render string, code int, ok bool) {
+	fs := newFlags(e, "[flags] [-- node flags]")
+	d := testnet.DefaultBenchConfig()
+	out := fs.String("out", d.Out, "folder for results.json, report.md and the plots (the nodes' logs go to OUT/work)")
+	work := fs.String("work", "", "folder for the nodes' logs and snapshots (default OUT/work)")
+	nodes := fs.Int("nodes", d.Nodes, "number of node processes")
+	slow := fs.String("slowdowns", joinFloats(d.Slowdowns), "per-node slowdown factors (a shorter list repeats)")
+	target := fs.Float64("target", d.Target, "test accuracy the times to target are measured at, in (0,1]")
+	seeds := fs.Int("seeds", d.Seeds, "seeds in the report (1..N)")
+	tuneSeed := fs.Uint64("tune-seed", d.TuneSeed, "seed W and the learning rates are measured on (not a report seed)")
+	dataset := fs.String("dataset", d.Dataset, "dataset: mnist or synthetic")
+	dataPath := fs.String("data", "", "folder of MNIST IDX files (default: the copy built into the binary)")
+	nonIID := fs.Float64("non-iid", 0, "Dirichlet alpha for label-skewed shards (0: iid)")
+	model := fs.String("model", d.Model, "model: softmax or mlp:H1,H2,...")
+	batch := fs.Int("batch", d.Batch, "samples per step and node")
+	epochs := fs.Float64("epochs", d.Epochs,
+		"length of gossip's run (and gossip-const's and local's) in passes over the training set on the run clock; every node ends it by itself")
+	schedule := fs.String("schedule", d.Schedule, "LR schedule over every run that ends by itself (sync's report runs too)")
+	modes := fs.String("modes", strings.Join(d.Modes, ","), "modes to compare: gossip, gossip-const, sync, local")
+	tune := fs.String("tune", "", "modes besides sync whose learning rate is tuned on --lr-grid, e.g. gossip (to choose the node's default)")
+	lrGrid := fs.String("lr-grid", joinFloats(d.LRGrid), "learning rates tried for the modes in --tune")
+	syncGrid := fs.String("sync-lr-grid", joinFloats(d.SyncLRGrid), "learning rates tried for sync (its batch is nodes x batch)")
+	lrs := fs.String("lr", "", fmt.Sprintf("fixed learning rates, MODE=LR,... (default: the node's %g; sync: tuned)", d.LR))
+	capFlag := fs.Duration("cap", d.Cap, "longest wall time of a run: what still runs then is stopped and the run marked capped")
+	baseStep := fs.Duration("base-step", 0, "base step time the slowdowns multiply (0: calibrate solo at start)")
+	snapEvery := fs.Duration("snapshot-every", d.SnapshotEvery, "time resolution: wall time between model snapshots")
+	avgInterval := fs.Duration("avg-interval", d.AvgInterval, "gossip: wall time between the merges a node starts (default: the node's)")
+	alpha := fs.Float64("alpha", d.Alpha, "gossip: base merge weight (default: the node's)")
+	staleness := fs.String("staleness", d.Staleness, "gossip: staleness decay (gossip-const uses const; default: the node's)")
+	wire := fs.String("wire-dtype", d.WireDType, "gossip: precision of the models sent, fp32 or fp16 (default: the node's)")
+	threads := fs.Int("threads", d.Threads, "cores per node")
+	settle := fs.Duration("settle", d.Settle, "wait after the nodes are up, before the common start")
+	keep := fs.Bool("keep-snapshots", false, "keep the snapshot files after scoring them")
+	renderDir := fs.String("render", "", "run nothing: rewrite report.md and the plots of DIR from its results.json")
+	quick := fs.Bool("quick", false, fmt.Sprintf("a short smoke run: 1 seed, no tuning (gossip at the node's defaults but --epochs %d, "+
+		"sync at lr 0.1 with no end, stopped at gossip's wall time), target 95%%; explicit flags still win", testnet.QuickEpochs))
+	if code, ok := parse(e, fs, args); !ok {
+		return cfg, "", code, false
+	}
+	if fs.NArg() > 0 && !slices.Contains(args, "--") {
+		return cfg, "", usageError(e, "unexpected argument %q (node flags go after --)", fs.Arg(0)), false
+	}
+	if *renderDir != "" {
+		return cfg, *renderDir, 0, true
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	cfg = d
 	if *quick {
 		cfg = testnet.QuickBenchConfig()
 	}
@@ -86,11 +124,11 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	}
 	pick("target", func() { cfg.Target = *target })
 	pick("seeds", func() { cfg.Seeds = *seeds })
-	pick("duration", func() { cfg.Duration = *duration })
-	pick("anneal", func() { cfg.Anneal = *anneal })
+	pick("cap", func() { cfg.Cap = *capFlag })
+	pick("epochs", func() { cfg.Epochs = *epochs })
 	cfg.TuneSeed, cfg.Dataset, cfg.DataPath, cfg.NonIID = *tuneSeed, *dataset, *dataPath, *nonIID
 	cfg.Model, cfg.Batch, cfg.Schedule = *model, *batch, *schedule
-	cfg.Modes = splitList(*modes)
+	cfg.Modes, cfg.Tune = splitList(*modes), splitList(*tune)
 	var err error
 	if cfg.LRGrid, err = parseFloats("--lr-grid", *lrGrid); err != nil {
 		fail(err)
@@ -98,9 +136,11 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	if cfg.SyncLRGrid, err = parseFloats("--sync-lr-grid", *syncGrid); err != nil {
 		fail(err)
 	}
-	if set["lr-grid"] || set["sync-lr-grid"] {
-		// Asking for a grid means tuning, even in a quick run.
-		cfg.FixedLR = nil
+	if set["sync-lr-grid"] && cfg.FixedLR != nil {
+		// Asking for sync's grid means tuning it, even in a quick run, and
+		// then its report runs can be budgeted to W.
+		delete(cfg.FixedLR, testnet.ModeSync)
+		cfg.BudgetSync = true
 	}
 	if *lrs != "" {
 		fixed, err := parseModeLRs(*lrs)
@@ -121,28 +161,16 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	cfg.Progress = e.stdout
 	exe, err := os.Executable()
 	if err != nil {
-		return failure(e, err)
+		return cfg, "", failure(e, err), false
 	}
 	cfg.Binary = exe
 	if err := cfg.Validate(); err != nil {
 		fail(err)
 	}
 	if len(errs) > 0 {
-		return usageError(e, "%s", strings.Join(errs, "; "))
+		return cfg, "", usageError(e, "%s", strings.Join(errs, "; ")), false
 	}
-	fmt.Fprintf(e.stdout, "benchmark: %d nodes at %s, target %.1f%%, %d seed(s), modes %s, %v per run; writing to %s\n",
-		cfg.Nodes, *slow, 100*cfg.Target, cfg.Seeds, strings.Join(cfg.Modes, ","), cfg.Duration, cfg.Out)
-	res, err := testnet.RunBench(ctx, cfg)
-	if err != nil {
-		return failure(e, err)
-	}
-	if err := testnet.WriteAll(cfg.Out, res); err != nil {
-		return failure(e, err)
-	}
-	testnet.WriteSummary(e.stdout, res)
-	fmt.Fprintf(e.stdout, "wrote %s/{results.json,report.md,*.png} in %s\n", cfg.Out,
-		(time.Duration(res.RunTimeS * float64(time.Second))).Round(time.Second))
-	return exitOK
+	return cfg, "", 0, true
 }
 
 func joinFloats(xs []float64) string {

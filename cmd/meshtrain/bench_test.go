@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/meshtrain/meshtrain/testnet"
 )
 
 func TestBenchBadFlagsAreOneLineAndExitTwo(t *testing.T) {
@@ -17,7 +21,12 @@ func TestBenchBadFlagsAreOneLineAndExitTwo(t *testing.T) {
 		{"bench", "--sync-lr-grid", "-1"},
 		{"bench", "--lr", "gossip"},
 		{"bench", "--lr", "warp=0.1"},
-		{"bench", "--duration", "0s"},
+		{"bench", "--cap", "0s"},
+		{"bench", "--duration", "90s"}, // the old name of a run's length: runs end by themselves now
+		{"bench", "--epochs", "0"},
+		{"bench", "--schedule", "linear"},
+		{"bench", "--tune", "sync"},
+		{"bench", "--tune", "gossip", "--lr", "gossip=0.1"},
 		{"bench", "--snapshot-every", "1ms"},
 		{"bench", "--staleness", "poly"},
 		{"bench", "--wire-dtype", "fp8"},
@@ -25,7 +34,6 @@ func TestBenchBadFlagsAreOneLineAndExitTwo(t *testing.T) {
 		{"bench", "--model", "mlp:x"},
 		{"bench", "--threads", "0"},
 		{"bench", "--quick", "--target", "0"},
-		{"bench", "--lr", "gossip=0.1"}, // annealing needs gossip's tuning runs
 		{"bench", "--bogus"},
 		{"bench", "stray"},
 	}
@@ -68,5 +76,49 @@ func TestParseModeLRs(t *testing.T) {
 		if _, err := parseModeLRs(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+func benchFlags(t *testing.T, args ...string) testnet.BenchConfig {
+	t.Helper()
+	var o, errOut bytes.Buffer
+	cfg, render, code, ok := benchConfig(&env{name: "meshtrain", stdout: &o, stderr: &errOut}, args)
+	if !ok || render != "" {
+		t.Fatalf("%v: exit %d: %s", args, code, errOut.String())
+	}
+	return cfg
+}
+
+func TestBenchFlagsDefaultToTheNodes(t *testing.T) {
+	cfg := benchFlags(t)
+	if got := cfg.ModeFlags(testnet.ModeGossip); len(got) != 0 {
+		t.Errorf("a default bench's gossip differs from a node's defaults by %q, want nothing", got)
+	}
+	if got := cfg.ModeFlags(testnet.ModeGossipConst); !slices.Equal(got, []string{"--staleness const"}) {
+		t.Errorf("gossip-const differs by %q", got)
+	}
+	if !cfg.BudgetSync || len(cfg.FixedLR) != 0 || len(cfg.Tune) != 0 || cfg.Epochs != 40 {
+		t.Errorf("default bench: budget %v, fixed %v, tune %v, epochs %v", cfg.BudgetSync, cfg.FixedLR, cfg.Tune, cfg.Epochs)
+	}
+
+	q := benchFlags(t, "--quick")
+	if got := q.ModeFlags(testnet.ModeGossip); !slices.Equal(got, []string{"--epochs 8"}) {
+		t.Errorf("quick gossip differs by %q, want only its short run", got)
+	}
+	if q.BudgetSync || q.FixedLR[testnet.ModeSync] != 0.1 || q.Seeds != 1 || q.Target != 0.95 {
+		t.Errorf("quick: budget %v, fixed %v, seeds %d, target %v", q.BudgetSync, q.FixedLR, q.Seeds, q.Target)
+	}
+	if q := benchFlags(t, "--quick", "--epochs", "5"); q.Epochs != 5 {
+		t.Errorf("--epochs 5 with --quick: %v", q.Epochs)
+	}
+	if q := benchFlags(t, "--quick", "--sync-lr-grid", "0.1,0.2"); !q.BudgetSync || len(q.FixedLR) != 0 {
+		t.Errorf("a sync grid in a quick run tunes sync: budget %v, fixed %v", q.BudgetSync, q.FixedLR)
+	}
+	tuned := benchFlags(t, "--tune", "gossip", "--lr", "sync=0.2", "--", "--holdout", "500")
+	if !slices.Equal(tuned.Tune, []string{"gossip"}) || tuned.FixedLR["sync"] != 0.2 {
+		t.Errorf("tune %v, fixed %v", tuned.Tune, tuned.FixedLR)
+	}
+	if got := tuned.ModeFlags(testnet.ModeLocal); !slices.Equal(got, []string{"--mode local", "--holdout 500"}) {
+		t.Errorf("local with node flags after --: %q", got)
 	}
 }

@@ -4,9 +4,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -14,11 +16,13 @@ import (
 	"github.com/meshtrain/meshtrain/testnet"
 )
 
-// TestBenchQuick runs `meshtrain bench --quick` (every mode, one seed, a
-// few minutes on two cores) and checks what CI relies on: results.json is
-// well-formed, and gossip's cluster throughput is at least twice sync's
-// (the 2,2,4,8 profile's structural ratio is 2.75; sync steps at the
-// slowest node's pace).
+// TestBenchQuick runs `meshtrain bench --quick` (every mode, one seed, no
+// tuning, a minute or two on two cores) and checks what CI relies on:
+// results.json is well-formed; gossip ran with the node's defaults but its
+// short run, and every gossip-like run ended by itself; sync ran until
+// gossip's wall time W; and gossip's cluster throughput is at least twice
+// sync's (the 2,2,4,8 profile's structural ratio is 2.75; sync steps at
+// the slowest node's pace).
 func TestBenchQuick(t *testing.T) {
 	out := t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
@@ -34,12 +38,37 @@ func TestBenchQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Settings.Quick || len(res.Runs) != len(testnet.AllModes) {
-		t.Fatalf("quick run with %d runs, want one per mode (%d)", len(res.Runs), len(testnet.AllModes))
+	if !res.Settings.Quick || len(res.Runs) != len(testnet.AllModes) || len(res.Tuning) != 0 {
+		t.Fatalf("quick run with %d runs and %d tuning runs, want one per mode (%d) and none", len(res.Runs),
+			len(res.Tuning), len(testnet.AllModes))
+	}
+	// Nothing is tuned: W is gossip's wall time on seed 1.
+	w := res.Settings.FixedWallS
+	if ref := res.Runs[0]; ref.Mode != testnet.ModeGossip || ref.End != testnet.EndComplete || ref.WallS != w || res.Settings.WSeed != 1 {
+		t.Errorf("W %.2f s on seed %d, from a %s run that ended %q after %.2f s, want gossip's complete run on seed 1", w,
+			res.Settings.WSeed, ref.Mode, ref.End, ref.WallS)
+	}
+	want := map[string][]string{
+		testnet.ModeGossip:      {fmt.Sprintf("--epochs %d", testnet.QuickEpochs)},
+		testnet.ModeGossipConst: {fmt.Sprintf("--epochs %d", testnet.QuickEpochs), "--staleness const"},
+		testnet.ModeSync:        {"--mode sync", "--schedule const", "--epochs 0"},
+		testnet.ModeLocal:       {"--mode local", fmt.Sprintf("--epochs %d", testnet.QuickEpochs)},
+	}
+	if !reflect.DeepEqual(res.Settings.DiffersFromDefaults, want) {
+		t.Errorf("differs from a node's defaults by %q, want %q", res.Settings.DiffersFromDefaults, want)
 	}
 	for _, r := range res.Runs {
 		if r.Error != "" {
 			t.Errorf("%s: %s", r.Mode, r.Error)
+			continue
+		}
+		wantEnd := testnet.EndComplete
+		if r.Mode == testnet.ModeSync {
+			wantEnd = testnet.EndStopped
+		}
+		if r.End != wantEnd || r.FixedWallS != w {
+			t.Errorf("%s ended %q after %.2f s (accuracy read at %.2f s), want %q and W = %.2f s", r.Mode, r.End, r.WallS,
+				r.FixedWallS, wantEnd, w)
 		}
 	}
 	g, s := res.Summary[testnet.ModeGossip], res.Summary[testnet.ModeSync]
@@ -54,5 +83,9 @@ func TestBenchQuick(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(out, name)); err != nil || st.Size() == 0 {
 			t.Errorf("%s missing or empty (%v)", name, err)
 		}
+	}
+	report, err := os.ReadFile(filepath.Join(out, testnet.ReportFile))
+	if err != nil || !strings.Contains(string(report), fmt.Sprintf("| gossip | `--epochs %d` |", testnet.QuickEpochs)) {
+		t.Errorf("report.md does not list gossip's one difference from a node's defaults (%v)", err)
 	}
 }
