@@ -82,14 +82,15 @@ type syncer struct {
 	log        *slog.Logger
 	probeEvery time.Duration
 
-	synced    bool
-	state     gossip.SyncState      // the group model after the last round we completed; never written
-	failed    map[peer.ID]time.Time // peers given up on, and when
-	probed    map[peer.ID]time.Time // last probe of a peer outside our group
-	hint      peer.ID               // leader named by a peer that does not lead, asked next
-	rejoin    peer.ID               // the leader that told us to join again, asked first
-	forceLead bool                  // the peer we follow says we lead
-	counts    struct{ joins, founded, lost int64 }
+	synced     bool
+	state      gossip.SyncState      // the group model after the last round we completed; never written
+	failed     map[peer.ID]time.Time // peers given up on, and when
+	probed     map[peer.ID]time.Time // last probe of a peer outside our group
+	hint       peer.ID               // leader named by a peer that does not lead, asked next
+	rejoin     peer.ID               // the leader that told us to join again, asked first
+	forceLead  bool                  // the peer we follow says we lead
+	deferSince time.Time             // since when we leave founding to a lower peer
+	counts     struct{ joins, founded, lost int64 }
 
 	mu   sync.Mutex
 	view SyncStatus
@@ -313,6 +314,7 @@ func (s *syncer) join(ctx context.Context, own gossip.Contribution) {
 			tried[p] = true
 			res, err := s.svc.Join(ctx, p)
 			if err == nil {
+				s.deferSince = time.Time{}
 				s.counts.joins++
 				s.log.Info("joined a sync group", "via", p, "round", res.Round, "members", len(res.Members))
 				s.adopt(res)
@@ -339,6 +341,22 @@ func (s *syncer) join(ctx context.Context, own gossip.Contribution) {
 		sleep(ctx, syncRetry)
 		return
 	}
+	// Nobody leads a group we can join. At a common start that is true of
+	// every node, and if each founded a group of its own the groups would
+	// then merge one by one, a member dropped after a round timeout at a
+	// time. So only the node with the lowest ID among the candidates
+	// founds; the others ask again shortly and join its group. A lower node
+	// that does not found within twice the sync timeout is not waited for.
+	if lower := slices.ContainsFunc(cands, func(p peer.ID) bool { return p < s.n.id }); lower {
+		if s.deferSince.IsZero() {
+			s.deferSince = time.Now()
+		}
+		if time.Since(s.deferSince) < 2*s.n.cfg.SyncTimeout {
+			sleep(ctx, syncRetry)
+			return
+		}
+	}
+	s.deferSince = time.Time{}
 	s.found(ctx, own)
 }
 
