@@ -698,8 +698,8 @@ func TestModeFlagsListOnlyWhatDiffersFromANodesDefaults(t *testing.T) {
 	check("local with overrides", c.ModeFlags(ModeLocal), "--mode local", "--non-iid 0.5", "--holdout 500")
 	c = QuickBenchConfig()
 	check("quick gossip", c.ModeFlags(ModeGossip), "--epochs 8")
-	c.FixedLR = map[string]float64{ModeGossip: 0.05}
-	check("fixed gossip rate", c.ModeFlags(ModeGossip), "--lr 0.05", "--epochs 8")
+	c.FixedLR = map[string]float64{ModeGossip: 2 * node.DefaultLR}
+	check("fixed gossip rate", c.ModeFlags(ModeGossip), "--lr "+strconv.FormatFloat(2*node.DefaultLR, 'g', -1, 64), "--epochs 8")
 }
 
 func TestEndProblemAcceptsOnlyAFinishedRun(t *testing.T) {
@@ -898,6 +898,7 @@ func TestRunBenchTunesGossipAndTakesWAtTheChosenRate(t *testing.T) {
 	c := fakeBenchConfig()
 	c.Tune, c.Modes = []string{ModeGossip}, []string{ModeGossip, ModeSync}
 	c.FixedLR = map[string]float64{ModeSync: 0.4}
+	c.LRGrid = []float64{0.03, 0.1, 0.2} // the lowest (chosen) is not the node's default
 	// Lower rates reach the target sooner here (3 + 10 lr s); each rate's
 	// run takes a different time.
 	f := &fakeSwarm{wall: func(_ string, lr float64) float64 { return 20 + 100*lr }}
@@ -905,8 +906,8 @@ func TestRunBenchTunesGossipAndTakesWAtTheChosenRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.LR[ModeGossip] != 0.05 || res.Settings.FixedWallS != 25 {
-		t.Errorf("gossip lr %v, W %v; want 0.05 and its run's 25 s", res.LR[ModeGossip], res.Settings.FixedWallS)
+	if res.LR[ModeGossip] != 0.03 || res.Settings.FixedWallS != 23 {
+		t.Errorf("gossip lr %v, W %v; want 0.03 and its run's 23 s", res.LR[ModeGossip], res.Settings.FixedWallS)
 	}
 	// A fixed sync rate still gets one tuning run, for its clock at W.
 	var lrs []float64
@@ -915,10 +916,10 @@ func TestRunBenchTunesGossipAndTakesWAtTheChosenRate(t *testing.T) {
 			lrs = append(lrs, j.lr)
 		}
 	}
-	if !slices.Equal(lrs, []float64{0.4}) || res.Epochs[ModeSync] != 3*1000*25/2000.0 {
-		t.Errorf("sync tuned at %v, epochs %v; want one run at 0.4 and 37.5 epochs", lrs, res.Epochs[ModeSync])
+	if !slices.Equal(lrs, []float64{0.4}) || res.Epochs[ModeSync] != 3*1000*23/2000.0 {
+		t.Errorf("sync tuned at %v, epochs %v; want one run at 0.4 and 34.5 epochs", lrs, res.Epochs[ModeSync])
 	}
-	if got := res.Settings.DiffersFromDefaults[ModeGossip]; !slices.Equal(got, []string{"--dataset synthetic", "--lr 0.05"}) {
+	if got := res.Settings.DiffersFromDefaults[ModeGossip]; !slices.Equal(got, []string{"--dataset synthetic", "--lr 0.03"}) {
 		t.Errorf("tuned gossip differs by %q", got)
 	}
 }
