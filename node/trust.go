@@ -315,7 +315,13 @@ func (n *Node) vet(from peer.ID, remote *params.Snapshot) (ok, clipped bool) {
 		n.verdict(from, reputation.NonFinite)
 		return false, false
 	}
-	if t.spread.outlier(from, v.Distance, t.cfg.Radius.OutlierScale, time.Now()) {
+	// An outlier by both measures: far beyond what the other peers send now
+	// (spread.go), and beyond the outlier factor of recent accepted merges
+	// (once the radius has enough of them). Either alone misjudges honest
+	// models: the radius's window when every distance grows at once (a
+	// warmup), the peers' latest distances when most of them happen to be
+	// tiny (peers that just merged with us).
+	if t.spread.outlier(from, v.Distance, t.cfg.Radius.OutlierScale, time.Now()) && (v.Outlier || math.IsInf(v.Radius, 1)) {
 		t.refusedOutlier.Add(1)
 		n.verdict(from, reputation.Outlier)
 		n.log.Debug("merge refused: outlier", "peer", from, "distance", v.Distance)

@@ -38,13 +38,16 @@ func (n *Node) watcher(ctx context.Context) {
 	}
 }
 
-// observeClock hands the run clock the fresh announcements of peers in
-// good standing.
+// observeClock hands the run clock the fresh announcements of the peers
+// not banned.
 func (n *Node) observeClock(now time.Time) {
 	fresh := n.ann.Fresh()
 	obs := make([]clockObservation, 0, len(fresh))
 	for _, p := range fresh {
-		if p.Peer == n.id || p.Fingerprint != n.fp || n.standing(p.Peer) != reputation.OK {
+		// A banned peer is not heard; one merely ignored (a model or two
+		// judged outliers) still trains for the run, and leaving it out
+		// would hold this node's clock back behind the swarm's.
+		if p.Peer == n.id || p.Fingerprint != n.fp || n.standing(p.Peer) == reputation.Banned {
 			continue
 		}
 		obs = append(obs, clockObservation{Peer: p.Peer, Samples: p.Samples, Rate: p.SamplesPerSec,
