@@ -12,10 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/meshtrain/meshtrain/gossip"
-	"github.com/meshtrain/meshtrain/node"
-	"github.com/meshtrain/meshtrain/store"
 )
 
 // maxResponse bounds the JSON a client reads: a misdirected --api must not
@@ -83,21 +79,6 @@ func NewClient(addr string, hc *http.Client) (*Client, error) {
 // Base is the API's base URL.
 func (c *Client) Base() string { return c.base.String() }
 
-// StatusResponse is GET /v1/status as a client decodes it: node.Status
-// with the rejection counters keyed by reason name, because gossip.Reason
-// encodes as text but does not decode from it.
-type StatusResponse struct {
-	node.Status
-	Gossip GossipStats `json:"gossip"`
-}
-
-// GossipStats is gossip.Stats with Rejected keyed by reason name. The
-// embedded Stats.Rejected stays empty.
-type GossipStats struct {
-	gossip.Stats
-	Rejected map[string]uint64 `json:"rejected"`
-}
-
 // Status fetches GET /v1/status.
 func (c *Client) Status(ctx context.Context) (StatusResponse, error) {
 	var s StatusResponse
@@ -106,28 +87,43 @@ func (c *Client) Status(ctx context.Context) (StatusResponse, error) {
 }
 
 // Peers fetches GET /v1/peers.
-func (c *Client) Peers(ctx context.Context) ([]node.PeerStatus, error) {
+func (c *Client) Peers(ctx context.Context) ([]PeerStatus, error) {
 	var r PeersResponse
-	err := c.get(ctx, "/v1/peers", &r)
-	return r.Peers, err
+	if err := c.get(ctx, "/v1/peers", &r); err != nil {
+		return nil, err
+	}
+	return r.Peers, c.present(r.Peers != nil, "/v1/peers", "peers")
 }
 
 // History fetches GET /v1/history?n=n (everything the node keeps if n <= 0).
-func (c *Client) History(ctx context.Context, n int) ([]store.Point, error) {
+func (c *Client) History(ctx context.Context, n int) ([]Point, error) {
 	p := "/v1/history"
 	if n > 0 {
 		p += "?n=" + strconv.Itoa(n)
 	}
 	var r HistoryResponse
-	err := c.get(ctx, p, &r)
-	return r.Points, err
+	if err := c.get(ctx, p, &r); err != nil {
+		return nil, err
+	}
+	return r.Points, c.present(r.Points != nil, p, "points")
 }
 
 // Checkpoints fetches GET /v1/checkpoints.
-func (c *Client) Checkpoints(ctx context.Context) ([]store.Info, error) {
+func (c *Client) Checkpoints(ctx context.Context) ([]CheckpointInfo, error) {
 	var r CheckpointsResponse
-	err := c.get(ctx, "/v1/checkpoints", &r)
-	return r.Checkpoints, err
+	if err := c.get(ctx, "/v1/checkpoints", &r); err != nil {
+		return nil, err
+	}
+	return r.Checkpoints, c.present(r.Checkpoints != nil, "/v1/checkpoints", "checkpoints")
+}
+
+// present rejects a list body without its list: the API sends [] for an
+// empty one, so a missing or null list is an answer from something else.
+func (c *Client) present(ok bool, path, field string) error {
+	if ok {
+		return nil
+	}
+	return fmt.Errorf("%w: %s%s: no %q list", ErrResponse, c.base, path, field)
 }
 
 // Raw fetches path and returns the body unparsed, for --json output that

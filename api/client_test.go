@@ -99,6 +99,8 @@ func TestClientErrors(t *testing.T) {
 			_, _ = w.Write([]byte("<html>hello</html>"))
 		case "/v1/peers":
 			w.WriteHeader(http.StatusTeapot)
+		case "/v1/checkpoints":
+			_, _ = w.Write([]byte(`{"checkpoints":null}`))
 		default:
 			_, _ = w.Write([]byte(strings.Repeat("x", maxResponse+10)))
 		}
@@ -113,6 +115,10 @@ func TestClientErrors(t *testing.T) {
 	}
 	if _, err := c.History(t.Context(), 0); !errors.Is(err, ErrResponse) || !strings.Contains(err.Error(), "over") {
 		t.Errorf("huge body: %v", err)
+	}
+	// The API sends [] for an empty list: null or no list is not its answer.
+	if l, err := c.Checkpoints(t.Context()); !errors.Is(err, ErrResponse) || !strings.Contains(err.Error(), `no "checkpoints" list`) {
+		t.Errorf("null list: %v, %v", l, err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()

@@ -5,7 +5,10 @@
 // that `meshtrain status` and `meshtrain peers` use.
 //
 // The server reads the node through the small Source interface, so it can
-// be tested against a fake; *node.Node implements it. JSON fields are
+// be tested against a fake; *node.Node implements it. Every JSON object the
+// API sends is a type of this package (types.go), converted from the
+// node's values in convert.go; the client decodes into the same types, so
+// callers never see node, store or gossip types. JSON fields are
 // snake_case, durations seconds (suffix _s), sizes bytes; docs/api.md and
 // docs/openapi.yaml describe every endpoint.
 //

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -158,6 +159,48 @@ func TestOpenAPIMatchesResponses(t *testing.T) {
 			if _, ok := props[k]; !ok {
 				t.Errorf("schema %s lacks %s", schema, k)
 			}
+		}
+	}
+}
+
+// TestOpenAPISchemasAreTheTypes: each schema declares exactly the JSON
+// fields of the api type it names, so a field added to a type (even one
+// the fake never sends, like alone) must be described.
+func TestOpenAPISchemasAreTheTypes(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docs", "openapi.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]any `yaml:"properties"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(b, &spec); err != nil {
+		t.Fatal(err)
+	}
+	for schema, typ := range map[string]reflect.Type{
+		"Status": reflect.TypeFor[StatusResponse](), "MergeInfo": reflect.TypeFor[MergeInfo](),
+		"GossipStats": reflect.TypeFor[GossipStats](), "TrustStats": reflect.TypeFor[TrustStats](),
+		"RunStatus": reflect.TypeFor[RunStatus](), "Alone": reflect.TypeFor[Alone](),
+		"PeerStatus": reflect.TypeFor[PeerStatus](), "Point": reflect.TypeFor[Point](),
+		"CheckpointInfo": reflect.TypeFor[CheckpointInfo](), "Error": reflect.TypeFor[ErrorResponse](),
+		"Health": reflect.TypeFor[HealthResponse](),
+	} {
+		var fields, declared []string
+		for i := range typ.NumField() {
+			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+			fields = append(fields, name)
+		}
+		for k := range spec.Components.Schemas[schema].Properties {
+			declared = append(declared, k)
+		}
+		sort.Strings(fields)
+		sort.Strings(declared)
+		if strings.Join(fields, ",") != strings.Join(declared, ",") {
+			t.Errorf("schema %s declares %v; api.%s has %v", schema, declared, typ.Name(), fields)
 		}
 	}
 }

@@ -8,35 +8,6 @@ import (
 
 	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/params"
-	"github.com/meshtrain/meshtrain/store"
-)
-
-// Response bodies of the list endpoints. A top-level object (not a bare
-// array) leaves room for fields later without breaking clients.
-type (
-	// PeersResponse is the body of GET /v1/peers.
-	PeersResponse struct {
-		Peers []node.PeerStatus `json:"peers"`
-	}
-	// HistoryResponse is the body of GET /v1/history.
-	HistoryResponse struct {
-		Points []store.Point `json:"points"`
-	}
-	// CheckpointsResponse is the body of GET /v1/checkpoints.
-	CheckpointsResponse struct {
-		Checkpoints []store.Info `json:"checkpoints"`
-	}
-	// HealthResponse is the body of GET /healthz and GET /readyz.
-	HealthResponse struct {
-		Status string `json:"status"` // "ok" or "unavailable"
-		// Reason says why the node is not ready; empty when it is.
-		Reason string `json:"reason,omitempty"`
-	}
-	// ErrorResponse is the body of every 4xx and 5xx answer.
-	ErrorResponse struct {
-		Status int    `json:"status"`
-		Error  string `json:"error"`
-	}
 )
 
 // Model response headers, so a client can tell what it downloaded without
@@ -48,15 +19,11 @@ const (
 )
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
-	s.writeJSON(w, http.StatusOK, s.src.Status())
+	s.writeJSON(w, http.StatusOK, statusFrom(s.src.Status()))
 }
 
 func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
-	p := s.src.Peers()
-	if p == nil {
-		p = []node.PeerStatus{}
-	}
-	s.writeJSON(w, http.StatusOK, PeersResponse{Peers: p})
+	s.writeJSON(w, http.StatusOK, PeersResponse{Peers: listFrom(s.src.Peers(), peerFrom)})
 }
 
 func (s *Server) history(w http.ResponseWriter, r *http.Request) {
@@ -70,11 +37,7 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request) {
 		}
 		n = v
 	}
-	pts := s.src.History(n)
-	if pts == nil {
-		pts = []store.Point{}
-	}
-	s.writeJSON(w, http.StatusOK, HistoryResponse{Points: pts})
+	s.writeJSON(w, http.StatusOK, HistoryResponse{Points: listFrom(s.src.History(n), pointFrom)})
 }
 
 func (s *Server) model(w http.ResponseWriter, r *http.Request) {
@@ -119,10 +82,7 @@ func (s *Server) checkpoints(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusInternalServerError, "listing checkpoints failed: "+err.Error())
 		return
 	}
-	if l == nil {
-		l = []store.Info{}
-	}
-	s.writeJSON(w, http.StatusOK, CheckpointsResponse{Checkpoints: l})
+	s.writeJSON(w, http.StatusOK, CheckpointsResponse{Checkpoints: listFrom(l, checkpointFrom)})
 }
 
 // healthz answers while the process can serve HTTP at all.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshtrain/meshtrain/api"
 	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/train"
 )
@@ -268,38 +268,14 @@ type Pair struct {
 	ExchangesAtBan *int64   `json:"exchanges_at_ban"`
 }
 
-// PeerView is the part of a /v1/peers entry the suite reads.
-type PeerView struct {
-	PeerID          string           `json:"peer_id"`
-	Connected       bool             `json:"connected"`
-	Reputation      *float64         `json:"reputation"`
-	ReputationState string           `json:"reputation_state"`
-	BannedUntil     string           `json:"banned_until"`
-	Verdicts        map[string]int64 `json:"verdicts"`
-}
-
-// Exchanges is the number of verdicts the observer recorded about the
+// exchanges is the number of verdicts the observer recorded about the
 // peer: one per input it judged.
-func (v PeerView) Exchanges() int64 {
+func exchanges(v api.PeerStatus) int64 {
 	var n int64
 	for _, c := range v.Verdicts {
 		n += c
 	}
 	return n
-}
-
-// ParsePeers decodes a GET /v1/peers body.
-func ParsePeers(r io.Reader) ([]PeerView, error) {
-	var body struct {
-		Peers *[]PeerView `json:"peers"`
-	}
-	if err := json.NewDecoder(io.LimitReader(r, 16<<20)).Decode(&body); err != nil {
-		return nil, fmt.Errorf("%w: /v1/peers: %w", ErrHostile, err)
-	}
-	if body.Peers == nil {
-		return nil, fmt.Errorf("%w: /v1/peers: no peers list", ErrHostile)
-	}
-	return *body.Peers, nil
 }
 
 // banTracker follows every (observer, target) pair of one swarm through
@@ -332,7 +308,7 @@ func (t *banTracker) pair(observer, target int) *Pair {
 
 // observe records observer's view at atS seconds from the start. It
 // returns the pairs that turned banned for the first time.
-func (t *banTracker) observe(atS float64, observer int, views []PeerView) []Pair {
+func (t *banTracker) observe(atS float64, observer int, views []api.PeerStatus) []Pair {
 	var fresh []Pair
 	for _, v := range views {
 		target, ok := t.index[v.PeerID]
@@ -343,7 +319,7 @@ func (t *banTracker) observe(atS float64, observer int, views []PeerView) []Pair
 		p.Listed, p.State, p.Reputation = true, v.ReputationState, v.Reputation
 		p.Verdicts = cloneCounts(v.Verdicts)
 		if v.ReputationState == StateBanned && p.BannedAtS == nil {
-			at, n := atS, v.Exchanges()
+			at, n := atS, exchanges(v)
 			p.BannedAtS, p.ExchangesAtBan = &at, &n
 			fresh = append(fresh, *p)
 		}
@@ -420,8 +396,11 @@ type hostile struct {
 	netID   string
 	seq     int
 	started time.Time
-	client  *http.Client
 }
+
+// apiTimeout bounds one request to a node's API: a node too loaded to
+// answer in time only misses a poll.
+const apiTimeout = 2 * time.Second
 
 // RunHostile runs the baseline (if asked) and then one swarm per attack,
 // and returns the results. It writes nothing to cfg.Out: see
@@ -437,8 +416,7 @@ func RunHostile(ctx context.Context, cfg HostileConfig) (*HostileResult, error) 
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
-	h := &hostile{cfg: cfg, started: time.Now(), netID: strconv.FormatInt(time.Now().UnixNano()%1e9, 36),
-		client: &http.Client{Timeout: 2 * time.Second}}
+	h := &hostile{cfg: cfg, started: time.Now(), netID: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
 	res := &HostileResult{Schema: HostileSchema, Command: cfg.Command, Started: h.started.UTC(), Machine: machineInfo(),
 		Settings: HostileSettings{Nodes: cfg.Nodes, Attackers: cfg.Attackers, DurationS: cfg.Duration.Seconds(),
 			Dataset: cfg.Dataset, Model: cfg.Model, AvgIntervalS: cfg.AvgInterval.Seconds(), Threads: cfg.Threads,
@@ -594,9 +572,13 @@ func (h *hostile) measure(ctx context.Context, run *AttackRun, adv node.Adversar
 		}
 	}()
 	peers := make([]string, len(tn.Members))
+	clients := make([]*api.Client, len(tn.Members))
 	for i, m := range tn.Members {
 		peers[i] = m.PeerID
 		run.Nodes = append(run.Nodes, NodeOutcome{Index: i, PeerID: m.PeerID, Attacker: i >= c.Nodes-attackers})
+		if clients[i], err = api.NewClient(m.API, nil); err != nil {
+			return fmt.Errorf("%w: node %d: %w", ErrHostile, i, err)
+		}
 	}
 	if err := sleepCtx(ctx, c.Settle); err != nil {
 		return err
@@ -610,8 +592,10 @@ func (h *hostile) measure(ctx context.Context, run *AttackRun, adv node.Adversar
 	status := make([]float64, c.Nodes) // latest /v1/status accuracy
 	poll := func() {
 		at := time.Since(t0).Seconds()
-		for i, m := range tn.Members[:honest] {
-			views, err := h.peers(ctx, m.API)
+		for i, cl := range clients[:honest] {
+			rctx, cancel := context.WithTimeout(ctx, apiTimeout)
+			views, err := cl.Peers(rctx)
+			cancel()
 			if err != nil {
 				continue // a missed poll only delays what it would have seen
 			}
@@ -655,10 +639,12 @@ loop:
 		}
 	}
 	poll()
-	for i, m := range tn.Members {
-		if acc, err := h.accuracy(ctx, m.API); err == nil {
-			status[i] = acc
+	for i, cl := range clients {
+		rctx, cancel := context.WithTimeout(ctx, apiTimeout)
+		if st, err := cl.Status(rctx); err == nil {
+			status[i] = st.TestAccuracy
 		}
+		cancel()
 	}
 	var dead []string
 	for _, r := range tn.Summary() {
@@ -690,48 +676,6 @@ loop:
 		}
 	}
 	return nil
-}
-
-// peers reads one node's GET /v1/peers.
-func (h *hostile) peers(ctx context.Context, api string) ([]PeerView, error) {
-	body, err := h.get(ctx, api, "/v1/peers")
-	if err != nil {
-		return nil, err
-	}
-	defer body.Close()
-	return ParsePeers(body)
-}
-
-// accuracy reads test_accuracy from one node's GET /v1/status.
-func (h *hostile) accuracy(ctx context.Context, api string) (float64, error) {
-	body, err := h.get(ctx, api, "/v1/status")
-	if err != nil {
-		return 0, err
-	}
-	defer body.Close()
-	var s struct {
-		TestAccuracy *float64 `json:"test_accuracy"`
-	}
-	if err := json.NewDecoder(io.LimitReader(body, 16<<20)).Decode(&s); err != nil || s.TestAccuracy == nil {
-		return 0, fmt.Errorf("%w: /v1/status: no test_accuracy (%v)", ErrHostile, err)
-	}
-	return *s.TestAccuracy, nil
-}
-
-func (h *hostile) get(ctx context.Context, api, path string) (io.ReadCloser, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+api+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := h.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		return nil, fmt.Errorf("%w: GET %s: %s", ErrHostile, path, resp.Status)
-	}
-	return resp.Body, nil
 }
 
 // WriteHostile writes results.json and report.md to dir.

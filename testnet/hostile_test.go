@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshtrain/meshtrain/api"
 	"github.com/meshtrain/meshtrain/node"
 )
 
@@ -82,7 +85,7 @@ func fakeNode(args []string) int {
 		if st, err := os.Stat(startFile); err == nil {
 			since = time.Since(st.ModTime())
 		}
-		var peers []map[string]any
+		peers := []map[string]any{} // [] when alone, as the API sends it
 		for p, r := range roles() {
 			if p == id {
 				continue
@@ -227,9 +230,29 @@ func TestPerNodeEnvironment(t *testing.T) {
 	}
 }
 
-func TestParsePeers(t *testing.T) {
-	// The API's documented example, whatever it holds: each entry reads as
-	// its JSON says.
+// servePeers answers GET /v1/peers with body, as a node's API would.
+func servePeers(t *testing.T, body string) *api.Client {
+	t.Helper()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/peers" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(ts.Close)
+	c, err := api.NewClient(ts.URL, ts.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestPeerViewsThroughTheAPIClient: the suite reads /v1/peers through
+// api.Client, and what it counts (state, score, verdicts) is what the
+// body says, for the API's pinned example and for a swarm with bans.
+func TestPeerViewsThroughTheAPIClient(t *testing.T) {
 	b, err := os.ReadFile("../api/testdata/peers.golden.json")
 	if err != nil {
 		t.Fatal(err)
@@ -243,12 +266,12 @@ func TestParsePeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := json.Marshal(golden.Body)
-	views, err := ParsePeers(strings.NewReader(string(body)))
+	views, err := servePeers(t, string(body)).Peers(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(views) != len(golden.Body.Peers) || len(views) == 0 {
-		t.Fatalf("%d entries parsed of %d", len(views), len(golden.Body.Peers))
+		t.Fatalf("%d entries read of %d", len(views), len(golden.Body.Peers))
 	}
 	for i, raw := range golden.Body.Peers {
 		v := views[i]
@@ -259,9 +282,9 @@ func TestParsePeers(t *testing.T) {
 		for _, n := range verdicts {
 			sum += n.(float64)
 		}
-		if v.PeerID != raw["peer_id"] || v.ReputationState != state || v.Exchanges() != int64(sum) ||
+		if v.PeerID != raw["peer_id"] || v.ReputationState != state || exchanges(v) != int64(sum) ||
 			(v.Reputation != nil) != scored || (scored && *v.Reputation != score) {
-			t.Errorf("golden entry %d parsed as %+v from %v", i, v, raw)
+			t.Errorf("golden entry %d read as %+v from %v", i, v, raw)
 		}
 	}
 
@@ -270,7 +293,7 @@ func TestParsePeers(t *testing.T) {
 	 {"peer_id":"B","connected":false,"reputation":-4.5,"reputation_state":"banned","banned_until":"2026-01-02T03:04:05Z",
 	  "verdicts":{"non_finite":3,"size_mismatch":2}},
 	 {"peer_id":"C","connected":true,"reputation":-1,"reputation_state":"ignored","verdicts":{}}]}`
-	views, err = ParsePeers(strings.NewReader(withReputation))
+	views, err = servePeers(t, withReputation).Peers(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,19 +302,26 @@ func TestParsePeers(t *testing.T) {
 		exchanges int64
 		connected bool
 	}{{"A", StateOK, 8, true}, {"B", StateBanned, 5, false}, {"C", StateIgnored, 0, true}}
+	if len(views) != len(want) {
+		t.Fatalf("%d entries, want %d", len(views), len(want))
+	}
 	for i, w := range want {
 		v := views[i]
-		if v.PeerID != w.id || v.ReputationState != w.state || v.Exchanges() != w.exchanges || v.Connected != w.connected {
+		if v.PeerID != w.id || v.ReputationState != w.state || exchanges(v) != w.exchanges || v.Connected != w.connected {
 			t.Errorf("entry %d: %+v, want %+v", i, v, w)
 		}
 	}
-	if views[1].BannedUntil != "2026-01-02T03:04:05Z" {
-		t.Errorf("banned_until %q", views[1].BannedUntil)
+	if u := views[1].BannedUntil; u == nil || !u.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Errorf("banned_until %v", u)
+	}
+	tr := newBanTracker([]string{"h", "A", "B", "C"})
+	if got := tr.observe(1, 0, views); len(got) != 1 || got[0].Target != 2 || *got[0].ExchangesAtBan != 5 {
+		t.Errorf("bans %+v, want B after 5 verdicts", got)
 	}
 
-	for _, bad := range []string{``, `{`, `{"peers":{}}`, `{"error":"x"}`, `[]`} {
-		if _, err := ParsePeers(strings.NewReader(bad)); !errors.Is(err, ErrHostile) {
-			t.Errorf("ParsePeers(%q) = %v, want an error", bad, err)
+	for _, bad := range []string{``, `{`, `{"peers":{}}`, `{"error":"x"}`, `[]`, `{"peers":null}`} {
+		if _, err := servePeers(t, bad).Peers(t.Context()); !errors.Is(err, api.ErrResponse) {
+			t.Errorf("body %q: %v, want api.ErrResponse", bad, err)
 		}
 	}
 }
@@ -299,22 +329,22 @@ func TestParsePeers(t *testing.T) {
 func TestBanTracker(t *testing.T) {
 	peers := []string{"h0", "h1", "h2", "a3"}
 	tr := newBanTracker(peers)
-	view := func(id, state string, verdicts map[string]int64) PeerView {
-		return PeerView{PeerID: id, ReputationState: state, Verdicts: verdicts}
+	view := func(id, state string, verdicts map[string]int64) api.PeerStatus {
+		return api.PeerStatus{PeerID: id, ReputationState: state, Verdicts: verdicts}
 	}
-	if got := tr.observe(0.5, 0, []PeerView{view("h1", StateOK, nil), view("a3", StateOK, map[string]int64{"accepted": 2}),
+	if got := tr.observe(0.5, 0, []api.PeerStatus{view("h1", StateOK, nil), view("a3", StateOK, map[string]int64{"accepted": 2}),
 		view("stranger", StateBanned, nil), view("h0", StateBanned, nil)}); len(got) != 0 {
 		t.Fatalf("new bans %+v, want none (strangers and self do not count)", got)
 	}
-	got := tr.observe(1.5, 0, []PeerView{view("a3", StateBanned, map[string]int64{"accepted": 2, "outlier": 4})})
+	got := tr.observe(1.5, 0, []api.PeerStatus{view("a3", StateBanned, map[string]int64{"accepted": 2, "outlier": 4})})
 	if len(got) != 1 || got[0].Target != 3 || *got[0].BannedAtS != 1.5 || *got[0].ExchangesAtBan != 6 {
 		t.Fatalf("new bans %+v, want a3 at 1.5s after 6", got)
 	}
 	// Still banned later, with more verdicts: the first time stands.
-	if got := tr.observe(2.5, 0, []PeerView{view("a3", StateBanned, map[string]int64{"outlier": 9})}); len(got) != 0 {
+	if got := tr.observe(2.5, 0, []api.PeerStatus{view("a3", StateBanned, map[string]int64{"outlier": 9})}); len(got) != 0 {
 		t.Fatalf("a ban reported twice: %+v", got)
 	}
-	tr.observe(2.5, 1, []PeerView{view("a3", StateIgnored, map[string]int64{"outlier": 2}), view("h2", StateBanned, nil)})
+	tr.observe(2.5, 1, []api.PeerStatus{view("a3", StateIgnored, map[string]int64{"outlier": 2}), view("h2", StateBanned, nil)})
 
 	var run AttackRun
 	tr.outcome(&run, 3)

@@ -166,7 +166,7 @@ func printStatus(w io.Writer, st api.StatusResponse, now time.Time) {
 			secs(now.Sub(m.Time).Seconds()))
 	}
 	if c := st.LastCheckpoint; c != nil {
-		row("checkpoint", "#%d at step %s, %s, %s ago", c.ID, count(float64(c.Step)), size(float64(c.Size)), secs(now.Sub(c.Created).Seconds()))
+		row("checkpoint", "#%d at step %s, %s, %s ago", c.ID, count(float64(c.Step)), size(float64(c.SizeBytes)), secs(now.Sub(c.Created).Seconds()))
 	}
 	for i, a := range st.Addrs {
 		k := ""
@@ -178,7 +178,7 @@ func printStatus(w io.Writer, st api.StatusResponse, now time.Time) {
 	_ = tw.Flush()
 }
 
-func printPeers(w io.Writer, peers []node.PeerStatus, wide bool) {
+func printPeers(w io.Writer, peers []api.PeerStatus, wide bool) {
 	if len(peers) == 0 {
 		fmt.Fprintln(w, "no fresh peers")
 		return
