@@ -2,12 +2,14 @@ package gossip
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -147,6 +149,26 @@ func refused(t *testing.T, rj *rejections, p peer.ID, want []Reason) {
 	eventually(t, "the honest side to refuse "+fmt.Sprint(want), func() bool { return slices.Equal(rj.of(p), want) })
 }
 
+// heldFor is how many inbound transfer slots s holds for p.
+func heldFor(s *Service, p peer.ID) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.activeBy[p]
+}
+
+// slowLimiter lets every upload piece wait d, so a sender is still writing
+// a frame when the receiver has read its header.
+type slowLimiter struct{ d time.Duration }
+
+func (l slowLimiter) WaitN(ctx context.Context, _ int) error {
+	select {
+	case <-time.After(l.d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // TestHostileFramesOverLoopback has a tampering service and an honest one
 // trade frames over real hosts: the honest side refuses every frame the
 // attacker sends, under the reason the reputation of the attacker hears.
@@ -176,6 +198,9 @@ func TestHostileFramesOverLoopback(t *testing.T) {
 			ac := testConfig(testN)
 			ac.SendDType = tc.dtype
 			ac.Tamper = tc.tamper
+			// Slow enough that the honest side refuses a frame of the wrong
+			// size (from its header) while the attacker is still sending it.
+			ac.UploadLimiter = slowLimiter{5 * time.Millisecond}
 			attacker := newNode(t, "tcp", ac, 2)
 			orig := slices.Clone(attacker.snap.Params)
 			connect(t, honest.h, attacker.h)
@@ -198,6 +223,11 @@ func TestHostileFramesOverLoopback(t *testing.T) {
 				t.Fatalf("pull from the attacker: %v, want refused", err)
 			}
 			refused(t, &rj, attacker.h.ID(), want)
+			// The honest side resets the pull once it has refused the frame;
+			// the attacker holds its one inbound slot for the honest peer
+			// until its handler sees the reset, and answers an exchange that
+			// comes sooner "busy", as it should.
+			eventually(t, "the attacker to end the refused pull", func() bool { return heldFor(attacker.svc, honest.h.ID()) == 0 })
 
 			_, err = honest.svc.Exchange(ctx, attacker.h.ID(), honest.snap)
 			if tc.served {

@@ -6,12 +6,14 @@
 // is bounded, checked and, if refused, counted under a small fixed set of
 // reasons (Reason) and reported to an optional hook for reputation.
 //
-// The wire codec (codec.go, fp16.go, announce.go) is pure: byte layouts,
-// limits, checksums, fp16 conversion, validation verdicts and the fresh
-// peer table, with no goroutines, clock or network. The libp2p shell
-// (exchange.go, stream.go, announcer.go) adds deadlines, concurrency limits,
-// the connection manager and pubsub. docs/protocol.md specifies both
-// protocols byte for byte.
+// The wire codec (codec.go, synccodec.go, fp16.go, announce.go) is pure:
+// byte layouts, limits, checksums, fp16 conversion, validation verdicts and
+// the fresh peer table, with no goroutines, clock or network. The libp2p
+// shell adds deadlines, concurrency limits, the upload limiter, the
+// connection manager and pubsub: stream.go is the stream base that both
+// stream protocols, the exchange (exchange.go) and sync mode's all-reduce
+// (sync.go), embed; announcer.go runs the topic. docs/protocol.md specifies
+// the protocols byte for byte.
 //
 // The node builds the host (with ProtocolLimits applied to its resource
 // manager) and the gossipsub router, then:

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
-	"golang.org/x/time/rate"
 
 	"github.com/meshtrain/meshtrain/params"
 )
@@ -40,24 +38,6 @@ type SnapshotFunc func() (params.Snapshot, bool)
 // slot is already free, so the handoff is what bounds the snapshots
 // waiting to be merged.
 type ReceiveFunc func(p peer.ID, s params.Snapshot)
-
-// Limiter paces uploads. *rate.Limiter satisfies it; NewUploadLimiter
-// builds one. WaitN is called with n <= 64 KiB.
-type Limiter interface {
-	WaitN(ctx context.Context, n int) error
-}
-
-// limiterPiece is the largest write made under one WaitN, so a capped
-// upload flows smoothly instead of in chunk-sized bursts.
-const limiterPiece = 64 << 10
-
-// NewUploadLimiter caps uploads at bytesPerSec (for --max-upload). Each
-// frame chunk must still reach the peer within its ChunkTimeout, so caps
-// below ChunkSize/ChunkTimeout (100 KiB/s with the defaults) make peers
-// cut us off.
-func NewUploadLimiter(bytesPerSec int) *rate.Limiter {
-	return rate.NewLimiter(rate.Limit(bytesPerSec), limiterPiece)
-}
 
 // Config tunes a Service. Durations are wall-clock; sizes are elements or
 // bytes as named.
@@ -91,7 +71,9 @@ type Config struct {
 	// header (at most ChunkTimeout each); more are reset and counted as
 	// "busy". Default 16.
 	MaxPending int
-	// UploadLimiter, if set, paces every byte we send.
+	// UploadLimiter, if set, paces every byte we send. Give the node's
+	// SyncService the same one (Service.UploadLimiter) to cap both
+	// protocols together.
 	UploadLimiter Limiter
 	// Alloc, if set, supplies the vector for every snapshot we receive (see
 	// FrameReader.Alloc): a node that recycles vectors after merging saves
@@ -167,29 +149,17 @@ func (c Config) Validate() error {
 
 // Service serves and makes parameter exchanges on one host.
 //
-// Ownership: cfg and the handles are immutable after NewService. mu guards
-// closed, active and activeBy; cacheMu guards the last encoded frame;
-// pending is atomic; wg counts every handler and every outbound request so
-// Close can wait for them.
+// Ownership: cfg and the handles are immutable after NewService. The
+// stream base's mu guards active and activeBy (and the base's closed);
+// cacheMu guards the last encoded frame. The base (stream.go) owns the
+// streams' lifecycle.
 type Service struct {
-	h        host.Host
+	streamBase
 	cfg      Config
 	snapshot SnapshotFunc
-	counters *Counters
-	rj       *rejecter
-	log      *slog.Logger
 
-	ctx    context.Context // cancelled by Close; aborts every stream
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	pending atomic.Int64
-	tagSeq  atomic.Uint64
-
-	mu       sync.Mutex
-	closed   bool
-	active   int
-	activeBy map[peer.ID]int
+	active   int             // guarded by mu
+	activeBy map[peer.ID]int // guarded by mu
 
 	cacheMu   sync.Mutex // guards the last encoded frame
 	cached    *Frame
@@ -204,26 +174,15 @@ func NewService(h host.Host, cfg Config, snapshot SnapshotFunc) (*Service, error
 	if snapshot == nil {
 		return nil, fmt.Errorf("%w: nil SnapshotFunc", ErrBadConfig)
 	}
-	if cfg.Counters == nil {
-		cfg.Counters = new(Counters)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	log := cfg.Logger.With("component", "gossip", "protocol", string(ProtocolID))
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &Service{
-		h:        h,
-		cfg:      cfg,
-		snapshot: snapshot,
-		counters: cfg.Counters,
-		rj:       newRejecter(cfg.Counters, cfg.OnReject, log),
-		log:      log,
-		ctx:      ctx,
-		cancel:   cancel,
-		activeBy: make(map[peer.ID]int),
-	}
-	h.SetStreamHandler(ProtocolID, s.handle)
+	s := &Service{cfg: cfg, snapshot: snapshot, activeBy: make(map[peer.ID]int)}
+	s.init(h, streamConfig{
+		Protocol: ProtocolID, Service: ServiceName, Tag: "meshtrain-params",
+		Request: "request", Streams: "streams", RequestSize: RequestSize,
+		Fingerprint: cfg.Fingerprint, MaxElements: cfg.MaxElements, SendDType: cfg.SendDType,
+		ChunkSize: cfg.ChunkSize, ChunkTimeout: cfg.ChunkTimeout, InboundTimeout: cfg.ExchangeTimeout,
+		MaxPending: cfg.MaxPending, UploadLimiter: cfg.UploadLimiter, Alloc: cfg.Alloc,
+		Counters: cfg.Counters, OnReject: cfg.OnReject, Logger: cfg.Logger,
+	}, s.handle)
 	return s, nil
 }
 
@@ -233,31 +192,15 @@ func (s *Service) Counters() *Counters { return s.counters }
 // Stats is s.Counters().Snapshot().
 func (s *Service) Stats() Stats { return s.counters.Snapshot() }
 
+// UploadLimiter returns the limiter the service paces its uploads with
+// (nil if none), so the node's SyncService can share it.
+func (s *Service) UploadLimiter() Limiter { return s.cfg.UploadLimiter }
+
 // Close stops accepting streams, aborts those in flight and waits for
 // their goroutines. Safe to call more than once.
 func (s *Service) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	s.mu.Unlock()
-	s.h.RemoveStreamHandler(ProtocolID)
-	s.cancel()
-	s.wg.Wait()
+	s.close(nil)
 	return nil
-}
-
-// enter registers a goroutine with wg unless the service is closed.
-func (s *Service) enter() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.wg.Add(1)
-	return true
 }
 
 // acquire takes an inbound transfer slot for p, if one is free.
@@ -279,19 +222,6 @@ func (s *Service) release(p peer.ID) {
 	if s.activeBy[p]--; s.activeBy[p] <= 0 {
 		delete(s.activeBy, p)
 	}
-}
-
-// protect keeps the connection manager from trimming p's connection during
-// a transfer; each transfer has its own tag so overlapping ones do not
-// unprotect each other.
-func (s *Service) protect(p peer.ID) func() {
-	cm := s.h.ConnManager()
-	if cm == nil {
-		return func() {}
-	}
-	tag := fmt.Sprintf("meshtrain-params-%d", s.tagSeq.Add(1))
-	cm.Protect(p, tag)
-	return func() { cm.Unprotect(p, tag) }
 }
 
 // Pull fetches p's current snapshot.
@@ -325,7 +255,7 @@ func (s *Service) encode(local params.Snapshot) (*Frame, error) {
 	if s.cached != nil && s.cachedKey == key {
 		return s.cached, nil
 	}
-	f, err := FrameWriter{DType: s.cfg.SendDType, ChunkSize: s.cfg.ChunkSize}.Encode(local)
+	f, err := s.encoder().Encode(local)
 	if err != nil {
 		return nil, err
 	}
@@ -368,36 +298,20 @@ func (s *Service) checkLocal(local params.Snapshot) error {
 // Each side writes only while the other reads, so neither can deadlock on
 // flow control; the responder reads the whole frame before it replies.
 func (s *Service) request(ctx context.Context, p peer.ID, kind RequestKind, local *Frame) (params.Snapshot, error) {
-	if !s.enter() {
-		return params.Snapshot{}, ErrClosed
-	}
-	defer s.wg.Done()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(s.ctx, cancel)()
-	defer s.protect(p)()
-
-	st, err := s.h.NewStream(ctx, p, ProtocolID)
+	ctx, x, end, err := s.dial(ctx, p, kind.String(), 0)
 	if err != nil {
-		return params.Snapshot{}, fmt.Errorf("gossip: %s with %s: open stream: %w", kind, p, err)
+		return params.Snapshot{}, err
 	}
-	defer context.AfterFunc(ctx, func() { _ = st.Reset() })()
-	if err := st.Scope().SetService(ServiceName); err != nil {
-		_ = st.Reset()
-		return params.Snapshot{}, fmt.Errorf("gossip: %s with %s: resource manager: %w", kind, p, err)
-	}
-	x := s.newIO(ctx, st)
-	remote, err := s.converse(x, st, kind, local)
+	defer end()
+	remote, err := s.converse(x, x.st, kind, local)
 	if err != nil {
-		_ = st.Reset()
-		err = streamErr(ctx, err)
+		err = s.fail(ctx, x, p, kind.String(), err)
 		if errors.Is(err, ErrPeerBusy) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRefused) {
 			s.counters.refusedByPeer.Add(1)
 		}
-		s.rj.reject(p, err)
-		return params.Snapshot{}, fmt.Errorf("gossip: %s with %s: %w", kind, p, err)
+		return params.Snapshot{}, err
 	}
-	_ = st.Close()
+	_ = x.st.Close()
 	if kind == KindPull {
 		s.counters.pullsDone.Add(1)
 	} else {
@@ -417,10 +331,12 @@ func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, loc
 	if err := x.writeAll(qb[:]); err != nil {
 		return params.Snapshot{}, fmt.Errorf("write request: %w", err)
 	}
+	// Ending our side cannot fail in a way the response would not show:
+	// a responder that answers and closes at once (as a refusal does) has,
+	// on QUIC, also stopped our sending by then, so CloseWrite fails with
+	// the answer waiting to be read; a broken stream fails the read too.
 	if kind == KindPull {
-		if err := st.CloseWrite(); err != nil {
-			return params.Snapshot{}, fmt.Errorf("close write: %w", err)
-		}
+		_ = st.CloseWrite()
 	}
 	if err := x.readResponse(true); err != nil {
 		return params.Snapshot{}, err
@@ -429,9 +345,7 @@ func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, loc
 		if err := s.writer(x).Send(x, local); err != nil {
 			return params.Snapshot{}, err
 		}
-		if err := st.CloseWrite(); err != nil {
-			return params.Snapshot{}, fmt.Errorf("close write: %w", err)
-		}
+		_ = st.CloseWrite() // as above: a refusal of the frame may be waiting
 		if err := x.readResponse(false); err != nil {
 			return params.Snapshot{}, err
 		}
@@ -446,34 +360,13 @@ func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, loc
 	return remote, nil
 }
 
-// handle serves one inbound stream.
-func (s *Service) handle(st network.Stream) {
-	if !s.enter() {
-		_ = st.Reset()
-		return
-	}
-	defer s.wg.Done()
-	p := st.Conn().RemotePeer()
-	donePending, ok := admitStream(&s.pending, s.cfg.MaxPending, st, ServiceName, s.rj, "streams")
-	if !ok {
-		return
-	}
-	defer donePending()
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ExchangeTimeout)
-	defer cancel()
-	defer context.AfterFunc(ctx, func() { _ = st.Reset() })()
-	x := s.newIO(ctx, st)
-
-	var qb [RequestSize]byte
-	err := x.readFull(qb[:])
-	donePending()
-	var q Request
-	if err == nil {
-		q, err = ParseRequest(qb[:])
-	}
+// handle serves one inbound stream once its request header has arrived
+// (streamBase.accept); the stream is reset when the ExchangeTimeout passes.
+func (s *Service) handle(in *inbound, qb []byte) {
+	st, x, p, ctx := in.st, in.x, in.p, in.ctx
+	q, err := ParseRequest(qb)
 	if err != nil {
-		_ = st.Reset()
-		s.rj.reject(p, streamErr(ctx, fmt.Errorf("read request: %w", err)))
+		s.abort(in, fmt.Errorf("read request: %w", err))
 		return
 	}
 	local, resp, err := s.admit(p, q)
@@ -498,6 +391,9 @@ func (s *Service) handle(st network.Stream) {
 
 	remote, graceful, err := s.serve(x, st, q, local, release)
 	if err != nil {
+		// The transfer is over: free the slot before the refusal is
+		// counted, so whoever sees the count can start the next one.
+		release()
 		if graceful {
 			_ = st.Close()
 		} else {
@@ -612,28 +508,4 @@ func (s *Service) serve(x *streamIO, st network.Stream, q Request, local *Frame,
 		}
 	}
 	return remote, false, nil
-}
-
-// admitStream counts an inbound stream among those that have not said what
-// they want yet, bounded by max: each costs a goroutine for up to a chunk
-// timeout, which is what a stalling peer is after. It attributes the stream
-// to service in the resource manager. On refusal it resets the stream and
-// counts the rejection; otherwise done (idempotent) ends the pending state.
-func admitStream(pending *atomic.Int64, max int, st network.Stream, service string, rj *rejecter, what string) (done func(), ok bool) {
-	p := st.Conn().RemotePeer()
-	if n := pending.Add(1); n > int64(max) {
-		pending.Add(-1)
-		_ = st.Reset()
-		rj.reject(p, fmt.Errorf("%w: %d %s already waiting for their request", ErrBusy, max, what))
-		return nil, false
-	}
-	var once sync.Once
-	done = func() { once.Do(func() { pending.Add(-1) }) }
-	if err := st.Scope().SetService(service); err != nil {
-		done()
-		_ = st.Reset()
-		rj.reject(p, fmt.Errorf("%w: resource manager: %w", ErrBusy, err))
-		return nil, false
-	}
-	return done, true
 }

@@ -13,23 +13,21 @@ package gossip
 // so averaging (w, m) after identical starts is exactly one step on the mean
 // gradient (docs/protocol.md, "Sync mode").
 //
-// This file is the protocol: the request and answer headers, the member
-// list, and the SyncService that plays the leader's side (collect, average,
-// answer) and the member's (contribute, join, probe). Which peer leads, when
-// to join and how to merge groups is the node's policy (node/sync.go); the
-// service only enforces what keeps members in lockstep: one round at a time,
-// numbered, each member once.
+// This file is the SyncService that plays the leader's side (collect,
+// average, answer) and the member's (contribute, join, probe); its wire
+// codec is synccodec.go and its stream plumbing, shared with the exchange,
+// stream.go. Which peer leads, when to join and how to merge groups is the
+// node's policy (node/sync.go); the service only enforces what keeps members
+// in lockstep: one round at a time, numbered, each member once.
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,266 +47,10 @@ const SyncProtocolID protocol.ID = "/meshtrain/sync/1.0.0"
 // attributed to.
 const SyncServiceName = "meshtrain.sync"
 
-// Sync wire sizes and limits.
-const (
-	// SyncRequestSize is the fixed size of a sync request header.
-	SyncRequestSize = 64
-	// SyncAnswerSize is the fixed size of a sync answer header.
-	SyncAnswerSize = 32
-	// MaxSyncMembers bounds a group: the member list of an answer must fit
-	// its 16-bit byte count even with the longest peer IDs.
-	MaxSyncMembers = 1000
-	// maxPeerIDSize bounds one encoded peer ID; real ones are 34 to 46 bytes.
-	maxPeerIDSize = 64
-)
-
-var (
-	syncRequestMagic = [4]byte{'M', 'T', 'S', 'Q'}
-	syncAnswerMagic  = [4]byte{'M', 'T', 'S', 'A'}
-)
-
 // ErrNotLeading: Reduce was called for a round this service does not
 // collect (it follows another leader, leads another round, or the round was
 // given up).
 var ErrNotLeading = errors.New("gossip: not leading this sync round")
-
-// SyncKind says what a sync request asks for.
-type SyncKind uint8
-
-// Sync request kinds.
-const (
-	// SyncContribute sends the member's model after its local step of a
-	// round and waits for the round's average.
-	SyncContribute SyncKind = 1
-	// SyncJoin asks the leader for the group's model at the last round
-	// boundary; the leader then expects the joiner in the next round.
-	SyncJoin SyncKind = 2
-	// SyncProbe asks who leads the responder's group and how far its model
-	// has come, without joining.
-	SyncProbe SyncKind = 3
-)
-
-func (k SyncKind) String() string {
-	switch k {
-	case SyncContribute:
-		return "contribute"
-	case SyncJoin:
-		return "join"
-	case SyncProbe:
-		return "probe"
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
-
-// SyncRequest is the first thing a member writes on a sync stream.
-type SyncRequest struct {
-	Kind        SyncKind
-	Fingerprint params.Fingerprint
-	// Elements is the parameter count the member trains (0 if unknown).
-	Elements uint64
-	// Round is the round a contribution belongs to (>= 1); 0 for join and
-	// probe.
-	Round int64
-}
-
-// Marshal encodes the request as it goes on the wire.
-func (q SyncRequest) Marshal() [SyncRequestSize]byte {
-	var b [SyncRequestSize]byte
-	copy(b[0:4], syncRequestMagic[:])
-	b[4] = WireVersion
-	b[5] = byte(q.Kind)
-	copy(b[8:40], q.Fingerprint[:])
-	binary.LittleEndian.PutUint64(b[40:48], q.Elements)
-	binary.LittleEndian.PutUint64(b[48:56], uint64(q.Round))
-	return b
-}
-
-// ParseSyncRequest decodes and checks a sync request header.
-func ParseSyncRequest(b []byte) (SyncRequest, error) {
-	if len(b) < SyncRequestSize {
-		return SyncRequest{}, fmt.Errorf("%w: sync request of %d bytes", ErrShortRead, len(b))
-	}
-	if [4]byte(b[0:4]) != syncRequestMagic {
-		return SyncRequest{}, fmt.Errorf("%w: sync request starts %q", ErrBadMagic, b[0:4])
-	}
-	if b[4] != WireVersion {
-		return SyncRequest{}, fmt.Errorf("%w: sync request version %d", ErrBadVersion, b[4])
-	}
-	q := SyncRequest{Kind: SyncKind(b[5]), Elements: binary.LittleEndian.Uint64(b[40:48])}
-	copy(q.Fingerprint[:], b[8:40])
-	round := binary.LittleEndian.Uint64(b[48:56])
-	switch {
-	case q.Kind < SyncContribute || q.Kind > SyncProbe:
-		return q, fmt.Errorf("%w: sync request kind %d", ErrProtocol, b[5])
-	case b[6] != 0 || b[7] != 0 || binary.LittleEndian.Uint64(b[56:64]) != 0:
-		return q, fmt.Errorf("%w: reserved sync request bytes set", ErrProtocol)
-	case round > math.MaxInt64:
-		return q, fmt.Errorf("%w: sync round %d", ErrProtocol, round)
-	}
-	q.Round = int64(round)
-	if (q.Kind == SyncContribute) != (q.Round > 0) {
-		return q, fmt.Errorf("%w: %s request for round %d", ErrProtocol, q.Kind, q.Round)
-	}
-	return q, nil
-}
-
-// SyncCode is a sync answer's verdict.
-type SyncCode uint8
-
-// Sync answer codes.
-const (
-	// SyncOK: to a contribution's request, "send yours"; after the
-	// contribution, the round's average follows; to a join, the group's
-	// model follows; to a probe, the group's round and progress.
-	SyncOK SyncCode = 0
-	// SyncBusy: at capacity, or the round is being averaged; ask again soon.
-	SyncBusy SyncCode = 1
-	// SyncUnsynced: the responder belongs to no group.
-	SyncUnsynced SyncCode = 2
-	// SyncNotLeader: the responder does not lead; the member list holds
-	// the leader it follows, if it knows one.
-	SyncNotLeader SyncCode = 3
-	// SyncStale: the contribution's round is closed (the member was late or
-	// dropped); Round is the leader's last completed round. Join again.
-	SyncStale SyncCode = 4
-	// SyncAhead: the contribution is for a round past the one collected;
-	// the member holds another group's model. Join again.
-	SyncAhead SyncCode = 5
-	// SyncDuplicate: the leader already holds a contribution or a stream
-	// from this peer for this round.
-	SyncDuplicate SyncCode = 6
-	// SyncRejected: refused; Reason says why.
-	SyncRejected SyncCode = 7
-)
-
-var syncCodeNames = [...]string{"ok", "busy", "unsynced", "not_leader", "stale", "ahead", "duplicate", "rejected"}
-
-func (c SyncCode) String() string {
-	if int(c) < len(syncCodeNames) {
-		return syncCodeNames[c]
-	}
-	return fmt.Sprintf("code(%d)", uint8(c))
-}
-
-// SyncAnswer is the fixed-size header of every sync answer. A member list
-// of MemberCount peer IDs (MembersSize bytes) follows it, then, for a model
-// (a round's average or a join), two parameter frames: parameters, then
-// momentum.
-type SyncAnswer struct {
-	Code SyncCode
-	// Reason is set with SyncRejected.
-	Reason Reason
-	// Round: the round completed (a result), the round a joiner's model
-	// ends (a join or probe), the contribution's round ("send yours"), or
-	// the leader's last completed round (stale, ahead).
-	Round int64
-	// Progress of the model that follows or that a probe describes.
-	Progress params.Progress
-	// MemberCount and MembersSize describe the member list that follows.
-	MemberCount int
-	MembersSize int
-}
-
-// Marshal encodes the answer header as it goes on the wire.
-func (a SyncAnswer) Marshal() [SyncAnswerSize]byte {
-	var b [SyncAnswerSize]byte
-	copy(b[0:4], syncAnswerMagic[:])
-	b[4] = WireVersion
-	b[5] = byte(a.Code)
-	b[6] = byte(a.Reason)
-	binary.LittleEndian.PutUint64(b[8:16], uint64(a.Round))
-	binary.LittleEndian.PutUint64(b[16:24], math.Float64bits(float64(a.Progress)))
-	binary.LittleEndian.PutUint16(b[24:26], uint16(a.MemberCount))
-	binary.LittleEndian.PutUint16(b[26:28], uint16(a.MembersSize))
-	return b
-}
-
-// ParseSyncAnswer decodes and checks a sync answer header on its own terms;
-// what a member list must hold for a given request is checked by the caller.
-func ParseSyncAnswer(b []byte) (SyncAnswer, error) {
-	if len(b) < SyncAnswerSize {
-		return SyncAnswer{}, fmt.Errorf("%w: sync answer of %d bytes", ErrShortRead, len(b))
-	}
-	if [4]byte(b[0:4]) != syncAnswerMagic {
-		return SyncAnswer{}, fmt.Errorf("%w: sync answer starts %q", ErrBadMagic, b[0:4])
-	}
-	if b[4] != WireVersion {
-		return SyncAnswer{}, fmt.Errorf("%w: sync answer version %d", ErrBadVersion, b[4])
-	}
-	round := binary.LittleEndian.Uint64(b[8:16])
-	a := SyncAnswer{
-		Code:        SyncCode(b[5]),
-		Reason:      Reason(b[6]),
-		Round:       int64(round),
-		Progress:    params.Progress(math.Float64frombits(binary.LittleEndian.Uint64(b[16:24]))),
-		MemberCount: int(binary.LittleEndian.Uint16(b[24:26])),
-		MembersSize: int(binary.LittleEndian.Uint16(b[26:28])),
-	}
-	pf := float64(a.Progress)
-	switch {
-	case a.Code > SyncRejected:
-		return a, fmt.Errorf("%w: sync answer code %d", ErrProtocol, b[5])
-	case (a.Code == SyncRejected) != (a.Reason != ReasonNone):
-		return a, fmt.Errorf("%w: sync answer %s with reason %d", ErrProtocol, a.Code, b[6])
-	case b[7] != 0 || binary.LittleEndian.Uint32(b[28:32]) != 0:
-		return a, fmt.Errorf("%w: reserved sync answer bytes set", ErrProtocol)
-	case round > math.MaxInt64:
-		return a, fmt.Errorf("%w: sync round %d", ErrProtocol, round)
-	case math.IsNaN(pf) || math.IsInf(pf, 0):
-		return a, fmt.Errorf("%w: sync progress %v", ErrNonFinite, pf)
-	case pf < 0:
-		return a, fmt.Errorf("%w: negative sync progress %v", ErrProtocol, pf)
-	case a.MemberCount > MaxSyncMembers:
-		return a, fmt.Errorf("%w: %d members, limit %d", ErrOversize, a.MemberCount, MaxSyncMembers)
-	case a.MembersSize < 2*a.MemberCount || a.MembersSize > a.MemberCount*(1+maxPeerIDSize):
-		return a, fmt.Errorf("%w: %d members in %d bytes", ErrProtocol, a.MemberCount, a.MembersSize)
-	case a.MemberCount > 1 && a.Code != SyncOK, a.MemberCount == 1 && a.Code != SyncOK && a.Code != SyncNotLeader:
-		return a, fmt.Errorf("%w: sync answer %s with %d members", ErrProtocol, a.Code, a.MemberCount)
-	}
-	return a, nil
-}
-
-// AppendMembers appends the wire form of a member list: per peer, one
-// length byte and the peer ID's bytes.
-func AppendMembers(b []byte, ms []peer.ID) []byte {
-	for _, p := range ms {
-		b = append(b, byte(len(p)))
-		b = append(b, p...)
-	}
-	return b
-}
-
-// ParseMembers decodes a member list of count peers. Peer IDs must be valid
-// multihashes in strictly ascending order (so a list has no duplicates and
-// one encoding), each at most 64 bytes.
-func ParseMembers(b []byte, count int) ([]peer.ID, error) {
-	if count > MaxSyncMembers {
-		return nil, fmt.Errorf("%w: %d members, limit %d", ErrOversize, count, MaxSyncMembers)
-	}
-	out := make([]peer.ID, 0, count)
-	for len(out) < count {
-		if len(b) == 0 {
-			return nil, fmt.Errorf("%w: member list ends after %d of %d peers", ErrProtocol, len(out), count)
-		}
-		n := int(b[0])
-		if n == 0 || n > maxPeerIDSize || n > len(b)-1 {
-			return nil, fmt.Errorf("%w: member %d of %d bytes", ErrProtocol, len(out), n)
-		}
-		p, err := peer.IDFromBytes(b[1 : 1+n])
-		if err != nil {
-			return nil, fmt.Errorf("%w: member %d: %v", ErrProtocol, len(out), err)
-		}
-		if k := len(out); k > 0 && out[k-1] >= p {
-			return nil, fmt.Errorf("%w: member list not strictly ascending at %d", ErrProtocol, k)
-		}
-		out = append(out, p)
-		b = b[1+n:]
-	}
-	if len(b) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes after the member list", ErrProtocol, len(b))
-	}
-	return out, nil
-}
 
 // SyncConfig tunes a SyncService. Durations are wall-clock.
 type SyncConfig struct {
@@ -344,6 +86,9 @@ type SyncConfig struct {
 	// MaxProgressDelta is the most progress one member may add in a round
 	// (its batch size). Default 65536.
 	MaxProgressDelta float64
+	// UploadLimiter, if set, paces every byte we send. A node passes its
+	// exchange's (Service.UploadLimiter), so one cap covers both protocols.
+	UploadLimiter Limiter
 	// OnReject, Counters and Logger as in Config.
 	OnReject RejectFunc
 	Counters *Counters
@@ -535,28 +280,18 @@ func (r *syncRound) ready(now time.Time, self peer.ID) bool {
 
 // SyncService plays both sides of the sync protocol on one host.
 //
-// Ownership: cfg and the handles are immutable after NewSyncService. mu
-// guards the role, the leader hint, the open round and the in-flight
-// bookkeeping; a round's averaging runs outside mu on the goroutine that
-// called Reduce (the node's trainer loop). wg counts every handler and every
-// outbound request so Close can wait for them.
+// Ownership: cfg and the handles are immutable after NewSyncService. The
+// stream base's mu guards the role, the leader hint, the open round and the
+// in-flight bookkeeping, along with the base's closed, so a role change and
+// Close exclude each other; a round's averaging runs outside mu on the
+// goroutine that called Reduce (the node's trainer loop). The base
+// (stream.go) owns the streams' lifecycle.
 type SyncService struct {
-	h        host.Host
-	cfg      SyncConfig
-	counters *Counters
-	rj       *rejecter
-	log      *slog.Logger
-	stats    syncCounters
+	streamBase
+	cfg   SyncConfig
+	stats syncCounters
 
-	ctx    context.Context // cancelled by Close: aborts reads and our requests
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	pending atomic.Int64
-	tagSeq  atomic.Uint64
-
-	mu       sync.Mutex
-	closed   bool
+	// Guarded by mu.
 	role     syncRole
 	hint     peer.ID // the leader we follow
 	open     *syncRound
@@ -571,19 +306,18 @@ func NewSyncService(h host.Host, cfg SyncConfig) (*SyncService, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Counters == nil {
-		cfg.Counters = new(Counters)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	log := cfg.Logger.With("component", "gossip", "protocol", string(SyncProtocolID))
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &SyncService{
-		h: h, cfg: cfg, counters: cfg.Counters, rj: newRejecter(cfg.Counters, cfg.OnReject, log), log: log,
-		ctx: ctx, cancel: cancel, inflight: make(map[peer.ID]bool),
-	}
-	h.SetStreamHandler(SyncProtocolID, s.handle)
+	s := &SyncService{cfg: cfg, inflight: make(map[peer.ID]bool)}
+	// Frames are fp32 only, so every member gets the same bits; inbound
+	// streams have no overall deadline (a member waits a whole round), and
+	// answers left to write outlive Close (see handle).
+	s.init(h, streamConfig{
+		Protocol: SyncProtocolID, Service: SyncServiceName, Tag: "meshtrain-sync",
+		Request: "sync request", Streams: "sync streams", RequestSize: SyncRequestSize,
+		Fingerprint: cfg.Fingerprint, MaxElements: cfg.MaxElements, SendDType: FP32,
+		ChunkSize: cfg.ChunkSize, ChunkTimeout: cfg.ChunkTimeout,
+		MaxPending: cfg.MaxPending, UploadLimiter: cfg.UploadLimiter,
+		Counters: cfg.Counters, OnReject: cfg.OnReject, Logger: cfg.Logger,
+	}, s.handle)
 	return s, nil
 }
 
@@ -607,29 +341,11 @@ func (s *SyncService) Stats() SyncStats {
 // per chunk, so a leader that stops right after a round does not take the
 // round's result away from its members. Safe to call more than once.
 func (s *SyncService) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	s.giveUp(SyncNotLeader, "")
-	s.role, s.hint = roleUnsynced, ""
-	s.mu.Unlock()
-	s.h.RemoveStreamHandler(SyncProtocolID)
-	s.cancel()
-	s.wg.Wait()
+	s.close(func() {
+		s.giveUp(SyncNotLeader, "")
+		s.role, s.hint = roleUnsynced, ""
+	})
 	return nil
-}
-
-func (s *SyncService) enter() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.wg.Add(1)
-	return true
 }
 
 // giveUp ends the open round without a result. Called with mu held.
@@ -733,7 +449,7 @@ func (s *SyncService) newBase(st SyncState) (*syncBase, error) {
 	if !st.Progress.Valid() {
 		return nil, fmt.Errorf("%w: sync progress %v", ErrBadSnapshot, float64(st.Progress))
 	}
-	w := FrameWriter{DType: FP32, ChunkSize: s.cfg.ChunkSize}
+	w := s.encoder()
 	sb := &syncBase{state: st, members: AppendMembers(nil, st.Members)}
 	for i, v := range [2][]float32{st.Params, st.Momentum} {
 		f, err := w.Encode(params.Snapshot{Fingerprint: s.cfg.Fingerprint, Step: st.Round, Progress: st.Progress, Params: v})
@@ -819,12 +535,6 @@ func (s *SyncService) Reduce(ctx context.Context, own Contribution) (SyncState, 
 	}
 }
 
-func (s *SyncService) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
-
 // finish averages a sealed round (outside mu: nothing adds to a sealed
 // round), publishes the result to the members waiting for it and opens the
 // next round.
@@ -881,34 +591,14 @@ func (s *SyncService) finish(r *syncRound) (SyncState, error) {
 	return res, nil
 }
 
-// handle serves one inbound sync stream.
-func (s *SyncService) handle(st network.Stream) {
-	if !s.enter() {
-		_ = st.Reset()
-		return
-	}
-	defer s.wg.Done()
-	p := st.Conn().RemotePeer()
-	donePending, ok := admitStream(&s.pending, s.cfg.MaxPending, st, SyncServiceName, s.rj, "sync streams")
-	if !ok {
-		return
-	}
-	defer donePending()
-	// Reads are aborted by Close; once a stream has only answers left to
-	// write, it is detached so that Close lets them finish.
-	detach := context.AfterFunc(s.ctx, func() { _ = st.Reset() })
-	defer detach()
-	x := s.newIO(s.ctx, st)
-	var qb [SyncRequestSize]byte
-	err := x.readFull(qb[:])
-	donePending()
-	var q SyncRequest
-	if err == nil {
-		q, err = ParseSyncRequest(qb[:])
-	}
+// handle serves one inbound sync stream once its request header has
+// arrived (streamBase.accept). Reads are aborted by Close; once a stream has
+// only answers left to write, it is detached so that Close lets them finish.
+func (s *SyncService) handle(in *inbound, qb []byte) {
+	st, x, p := in.st, in.x, in.p
+	q, err := ParseSyncRequest(qb)
 	if err != nil {
-		_ = st.Reset()
-		s.rj.reject(p, streamErr(s.ctx, fmt.Errorf("read sync request: %w", err)))
+		s.abort(in, fmt.Errorf("read sync request: %w", err))
 		return
 	}
 	a, hint, sb, r, err := s.admit(p, q)
@@ -940,10 +630,10 @@ func (s *SyncService) handle(st network.Stream) {
 	defer leave()
 	defer s.protect(p)()
 	if q.Kind == SyncContribute {
-		s.serveContribution(x, st, p, q, a, r, detach, leave)
+		s.serveContribution(x, st, p, q, a, r, in.detach, leave)
 		return
 	}
-	if !detach() {
+	if !in.detach() {
 		_ = st.Reset()
 		return
 	}
@@ -1192,34 +882,6 @@ func (s *SyncService) finishStream(x *streamIO, st network.Stream, a SyncAnswer,
 	return true
 }
 
-func (s *SyncService) newIO(ctx context.Context, st network.Stream) *streamIO {
-	dl, _ := ctx.Deadline()
-	return &streamIO{ctx: ctx, st: st, c: s.counters, timeout: s.cfg.ChunkTimeout, deadline: dl}
-}
-
-func (s *SyncService) writer(x *streamIO) FrameWriter {
-	return FrameWriter{DType: FP32, ChunkSize: s.cfg.ChunkSize, BeforeChunk: x.beforeWrite}
-}
-
-func (s *SyncService) reader(x *streamIO, want int) FrameReader {
-	return FrameReader{
-		Limits:      Limits{Fingerprint: s.cfg.Fingerprint, Elements: want, MaxElements: s.cfg.MaxElements},
-		BeforeChunk: x.beforeRead,
-	}
-}
-
-// protect keeps the connection manager from trimming p's connection while a
-// sync stream, which may wait a whole round, is open.
-func (s *SyncService) protect(p peer.ID) func() {
-	cm := s.h.ConnManager()
-	if cm == nil {
-		return func() {}
-	}
-	tag := fmt.Sprintf("meshtrain-sync-%d", s.tagSeq.Add(1))
-	cm.Protect(p, tag)
-	return func() { cm.Unprotect(p, tag) }
-}
-
 // Contribute sends our contribution to the round's leader and returns the
 // round's average, which every member applies. A refusal is a
 // *SyncRefusal. The leader's answer may take as long as the slowest member's
@@ -1233,7 +895,7 @@ func (s *SyncService) Contribute(ctx context.Context, leader peer.ID, c Contribu
 		return SyncState{}, fmt.Errorf("%w: contribution of %d parameters and %d momentum values", ErrBadSnapshot, n, len(c.Momentum))
 	}
 	var frames [2]*Frame
-	w := FrameWriter{DType: FP32, ChunkSize: s.cfg.ChunkSize}
+	w := s.encoder()
 	for i, v := range [2][]float32{c.Params, c.Momentum} {
 		f, err := w.Encode(params.Snapshot{Fingerprint: s.cfg.Fingerprint, Step: c.Round, Progress: c.Progress, Params: v})
 		if err != nil {
@@ -1283,43 +945,28 @@ func (s *SyncService) request(ctx context.Context, p peer.ID, q SyncRequest, up 
 	if p == s.h.ID() {
 		return SyncState{}, GroupInfo{}, fmt.Errorf("gossip: sync %s with ourselves", q.Kind)
 	}
-	if !s.enter() {
-		return SyncState{}, GroupInfo{}, ErrClosed
-	}
-	defer s.wg.Done()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(s.ctx, cancel)()
-	defer s.protect(p)()
+	what := "sync " + q.Kind.String()
 	// A dead peer's address may take a dial timeout to give up on (QUIC
 	// gets no answer from a closed port); a member cannot wait that long.
-	octx, ocancel := context.WithTimeout(ctx, s.cfg.ChunkTimeout)
-	st, err := s.h.NewStream(octx, p, SyncProtocolID)
-	ocancel()
+	ctx, x, end, err := s.dial(ctx, p, what, s.cfg.ChunkTimeout)
 	if err != nil {
-		return SyncState{}, GroupInfo{}, fmt.Errorf("gossip: sync %s with %s: open stream: %w", q.Kind, p, err)
+		return SyncState{}, GroupInfo{}, err
 	}
-	defer context.AfterFunc(ctx, func() { _ = st.Reset() })()
-	if err := st.Scope().SetService(SyncServiceName); err != nil {
-		_ = st.Reset()
-		return SyncState{}, GroupInfo{}, fmt.Errorf("gossip: sync %s with %s: resource manager: %w", q.Kind, p, err)
-	}
-	x := s.newIO(ctx, st)
-	res, g, err := s.converse(x, st, p, q, up)
+	defer end()
+	res, g, err := s.converse(x, x.st, p, q, up)
 	if err != nil {
-		_ = st.Reset()
 		var ref *SyncRefusal
-		if errors.As(err, &ref) {
-			if ref.Code == SyncBusy || ref.Code == SyncRejected {
-				s.counters.refusedByPeer.Add(1)
-			}
-			return SyncState{}, GroupInfo{}, err
+		if !errors.As(err, &ref) {
+			return SyncState{}, GroupInfo{}, s.fail(ctx, x, p, what, err)
 		}
-		err = streamErr(ctx, err)
-		s.rj.reject(p, err)
-		return SyncState{}, GroupInfo{}, fmt.Errorf("gossip: sync %s with %s: %w", q.Kind, p, err)
+		// The peer's answer, not a verdict on its input.
+		_ = x.st.Reset()
+		if ref.Code == SyncBusy || ref.Code == SyncRejected {
+			s.counters.refusedByPeer.Add(1)
+		}
+		return SyncState{}, GroupInfo{}, err
 	}
-	_ = st.Close()
+	_ = x.st.Close()
 	return res, g, nil
 }
 
@@ -1390,13 +1037,20 @@ func (s *SyncService) converse(x *streamIO, st network.Stream, p peer.ID, q Sync
 	return SyncState{Round: a.Round, Progress: a.Progress, Params: w.Params, Momentum: m.Params, Members: members}, GroupInfo{}, nil
 }
 
-// ack ends our side once we have read a whole answer, which tells the
-// responder it arrived, and checks that the responder has ended its side.
+// ack checks that the responder has ended its side once we have read a
+// whole answer, then ends ours, which tells the responder the answer
+// arrived. In this order (docs/protocol.md) the responder's end is ours
+// before it can close: a responder that stops closes its connections next,
+// and libp2p's TCP resets them (linger 0), which drops whatever the kernel
+// still holds for us unread, its end of stream included.
 func (s *SyncService) ack(x *streamIO, st network.Stream) error {
+	if err := x.expectEOF(); err != nil {
+		return err
+	}
 	if err := st.CloseWrite(); err != nil {
 		return fmt.Errorf("close write: %w", err)
 	}
-	return x.expectEOF()
+	return nil
 }
 
 // readAnswer reads an answer header and its member list; an answer other

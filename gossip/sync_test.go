@@ -437,28 +437,107 @@ func TestSyncRoles(t *testing.T) {
 }
 
 // TestSyncCloseAfterRound: a leader that closes, host and all, right after a
-// round still delivers the round's average to its members.
+// round still delivers the round's average to its members, also while its
+// upload limiter makes it write slowly.
 func TestSyncCloseAfterRound(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lim  Limiter
+	}{{"unlimited", nil}, {"slow upload", slowLimiter{20 * time.Millisecond}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkLeaks(t)
+			cfg := syncTestConfig()
+			lc := cfg
+			lc.UploadLimiter = tc.lim
+			l, a := newSyncPeer(t, lc), newSyncPeer(t, cfg)
+			meshOf(t, l, a)
+			base := SyncState{Round: 9, Progress: 10, Params: randVec(syncN, 1), Momentum: randVec(syncN, 2), Members: sortedIDs(l, a)}
+			if err := l.svc.Lead(base); err != nil {
+				t.Fatal(err)
+			}
+			var aErr error
+			var wg sync.WaitGroup
+			wg.Go(func() { _, aErr = a.svc.Contribute(t.Context(), l.id(), contribution(10, 26, 3)) })
+			if _, err := l.svc.Reduce(t.Context(), contribution(10, 26, 4)); err != nil {
+				t.Fatal(err)
+			}
+			// A stopping node closes its host right after the service.
+			_ = l.svc.Close()
+			_ = l.h.Close()
+			wg.Wait()
+			if aErr != nil {
+				t.Fatalf("member lost the last round's average: %v", aErr)
+			}
+		})
+	}
+}
+
+// TestSyncUploadLimiter: every byte a SyncService sends, as leader (go-ahead,
+// a join's model, a probe's answer, a round's average) and as member (its
+// requests and contribution), goes through its upload limiter; a limiter
+// shared with the exchange's Service paces both protocols' bytes.
+func TestSyncUploadLimiter(t *testing.T) {
 	checkLeaks(t)
-	cfg := syncTestConfig()
-	l, a := newSyncPeer(t, cfg), newSyncPeer(t, cfg)
-	meshOf(t, l, a)
-	base := SyncState{Round: 9, Progress: 10, Params: randVec(syncN, 1), Momentum: randVec(syncN, 2), Members: sortedIDs(l, a)}
+	lim, mlim := &countingLimiter{}, &countingLimiter{}
+	shared := new(Counters) // the leader node's: both protocols count into it
+	lc, mc := syncTestConfig(), syncTestConfig()
+	lc.UploadLimiter, lc.Counters = lim, shared
+	mc.UploadLimiter = mlim
+	l, m := newSyncPeer(t, lc), newSyncPeer(t, mc)
+	meshOf(t, l, m)
+	ec := testConfig(syncN)
+	ec.UploadLimiter, ec.Counters = lim, shared
+	snap := testSnapshot(syncN, 1)
+	lex, err := NewService(l.h, ec, func() (params.Snapshot, bool) { return snap, true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lex.Close() })
+	mex, err := NewService(m.h, testConfig(syncN), func() (params.Snapshot, bool) { return snap, true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mex.Close() })
+
+	ctx := t.Context()
+	base := SyncState{Params: randVec(syncN, 1), Momentum: randVec(syncN, 2), Members: []peer.ID{l.id()}}
 	if err := l.svc.Lead(base); err != nil {
 		t.Fatal(err)
 	}
-	var aErr error
-	var wg sync.WaitGroup
-	wg.Go(func() { _, aErr = a.svc.Contribute(t.Context(), l.id(), contribution(10, 26, 3)) })
-	if _, err := l.svc.Reduce(t.Context(), contribution(10, 26, 4)); err != nil {
+	if _, err := m.svc.Join(ctx, l.id()); err != nil {
 		t.Fatal(err)
 	}
-	// A stopping node closes its host right after the service.
-	_ = l.svc.Close()
-	_ = l.h.Close()
+	if _, err := m.svc.Probe(ctx, l.id()); err != nil {
+		t.Fatal(err)
+	}
+	var mErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { _, mErr = m.svc.Contribute(ctx, l.id(), contribution(1, 16, 3)) })
+	if _, err := l.svc.Reduce(ctx, contribution(1, 16, 4)); err != nil {
+		t.Fatal(err)
+	}
 	wg.Wait()
-	if aErr != nil {
-		t.Fatalf("member lost the last round's average: %v", aErr)
+	if mErr != nil {
+		t.Fatal(mErr)
+	}
+	if _, err := mex.Pull(ctx, l.id()); err != nil {
+		t.Fatal(err)
+	}
+	// Close waits for the handlers, so every byte is counted.
+	for _, c := range []io.Closer{l.svc, m.svc, lex, mex} {
+		_ = c.Close()
+	}
+	frame := uint64(FrameHeaderSize + 4*syncN)
+	// The leader sent the join's and the round's two frames each, the
+	// exchange one.
+	if sent := shared.Snapshot().BytesSent; lim.total() != sent || sent < 5*frame {
+		t.Errorf("leader: limiter saw %d bytes, %d sent", lim.total(), sent)
+	}
+	if sent := m.svc.Counters().Snapshot().BytesSent; mlim.total() != sent || sent < 2*frame {
+		t.Errorf("member: limiter saw %d bytes, %d sent", mlim.total(), sent)
+	}
+	if lim.maxN > limiterPiece || mlim.maxN > limiterPiece {
+		t.Errorf("limiter asked for %d and %d bytes at once", lim.maxN, mlim.maxN)
 	}
 }
 

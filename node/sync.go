@@ -103,6 +103,8 @@ func (n *Node) newSyncer() (*syncer, error) {
 	c.Timeout = n.cfg.SyncTimeout
 	c.MaxProgressDelta = float64(n.cfg.Train.Batch)
 	c.Counters, c.Logger, c.OnReject = &n.counters, n.baseLog, n.cfg.Exchange.OnReject
+	// The exchange's limiter: MaxUpload caps both protocols together.
+	c.UploadLimiter = n.svc.UploadLimiter()
 	if n.trust != nil {
 		c.OnReject = n.onReject
 	}
