@@ -181,6 +181,22 @@ type Outcome struct {
 // and that the remote parameters and momentum are finite (one NaN merged in
 // would spread through every later merge). Merge does not allocate.
 func (m Merger) Merge(local Local, remote params.Snapshot, remoteMomentum []float32) (Outcome, error) {
+	return m.merge(local, remote, remoteMomentum, -1)
+}
+
+// MergeAt is Merge with the weight a (in [0,1]) decided beforehand, from
+// the staleness at the time of the decision: the merge core computes the
+// staleness and the weight once and the node applies them to its live
+// model with MergeAt. Outcome.Staleness and Decay are then 0.
+func (m Merger) MergeAt(local Local, remote params.Snapshot, remoteMomentum []float32, a float64) (Outcome, error) {
+	if err := checkWeight(a); err != nil {
+		return Outcome{}, err
+	}
+	return m.merge(local, remote, remoteMomentum, a)
+}
+
+// merge is Merge (a < 0: the weight from the staleness) and MergeAt.
+func (m Merger) merge(local Local, remote params.Snapshot, remoteMomentum []float32, a float64) (Outcome, error) {
 	if err := m.Validate(); err != nil {
 		return Outcome{}, err
 	}
@@ -199,13 +215,17 @@ func (m Merger) Merge(local Local, remote params.Snapshot, remoteMomentum []floa
 	if remoteMomentum != nil && len(remoteMomentum) != len(local.Params) {
 		return Outcome{}, fmt.Errorf("%w: remote momentum has %d values, params %d", ErrLength, len(remoteMomentum), len(local.Params))
 	}
-	s, err := StalenessSteps(*local.Progress, remote.Progress, local.Batch)
-	if err != nil {
-		return Outcome{}, err
-	}
-	f, a, err := m.weight(s)
-	if err != nil {
-		return Outcome{}, err
+	var s, f float64
+	if a < 0 {
+		var err error
+		if s, err = StalenessSteps(*local.Progress, remote.Progress, local.Batch); err != nil {
+			return Outcome{}, err
+		}
+		if f, a, err = m.weight(s); err != nil {
+			return Outcome{}, err
+		}
+	} else if !local.Progress.Valid() || !remote.Progress.Valid() {
+		return Outcome{}, fmt.Errorf("%w: local %v, remote %v", ErrBadProgress, float64(*local.Progress), float64(remote.Progress))
 	}
 	if err := params.CheckFinite(remote.Params); err != nil {
 		return Outcome{}, fmt.Errorf("averaging: remote params: %w", err)

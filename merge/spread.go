@@ -1,10 +1,9 @@
-package node
+package merge
 
 import (
 	"math"
+	"slices"
 	"time"
-
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // peerSpread decides which remote models are outliers by comparing a
@@ -20,10 +19,9 @@ import (
 // merge is refused, the window never moves again, and the node bans its
 // honest peers one by one.
 //
-// It is pure (the caller passes the time) and belongs to the averager
-// goroutine.
+// The caller passes the time; it is not safe for concurrent use.
 type peerSpread struct {
-	latest map[peer.ID]spreadEntry
+	latest map[string]spreadEntry
 }
 
 type spreadEntry struct {
@@ -44,12 +42,12 @@ const (
 // outlier reports whether a model from p at distance d is more than scale
 // times the median latest distance of the other peers, then records d as
 // p's latest. A distance that is not a finite number >= 0 is an outlier.
-func (s *peerSpread) outlier(p peer.ID, d, scale float64, now time.Time) bool {
+func (s *peerSpread) outlier(p string, d, scale float64, now time.Time) bool {
 	if !(d >= 0) || math.IsInf(d, 1) {
 		return true
 	}
 	if s.latest == nil {
-		s.latest = map[peer.ID]spreadEntry{}
+		s.latest = map[string]spreadEntry{}
 	}
 	others := make([]float64, 0, len(s.latest))
 	for q, e := range s.latest {
@@ -65,4 +63,14 @@ func (s *peerSpread) outlier(p peer.ID, d, scale float64, now time.Time) bool {
 		s.latest[p] = spreadEntry{d: d, at: now}
 	}
 	return out
+}
+
+// median of xs (the lower middle for an even count); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
 }

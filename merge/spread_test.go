@@ -1,11 +1,9 @@
-package node
+package merge
 
 import (
 	"math"
 	"testing"
 	"time"
-
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // TestPeerSpreadOutlier: a model is an outlier only against what the other
@@ -28,7 +26,7 @@ func TestPeerSpreadOutlier(t *testing.T) {
 		var s peerSpread
 		d := 1e-4
 		for round := range 40 {
-			for _, p := range []peer.ID{"a", "b", "c", "d"} {
+			for _, p := range []string{"a", "b", "c", "d"} {
 				if s.outlier(p, d*(1+0.1*float64(len(p))), scale, t0.Add(time.Duration(round)*50*time.Millisecond)) {
 					t.Fatalf("round %d: honest peer %s at %g refused", round, p, d)
 				}
@@ -41,7 +39,7 @@ func TestPeerSpreadOutlier(t *testing.T) {
 	})
 	t.Run("a flooder has one vote", func(t *testing.T) {
 		var s peerSpread
-		for _, p := range []peer.ID{"a", "b", "c"} {
+		for _, p := range []string{"a", "b", "c"} {
 			s.outlier(p, 1, scale, t0)
 		}
 		for i := range 1000 {
@@ -77,7 +75,7 @@ func TestPeerSpreadOutlier(t *testing.T) {
 	t.Run("bounded", func(t *testing.T) {
 		var s peerSpread
 		for i := range spreadMaxPeers + 10 {
-			s.outlier(peer.ID(rune(i)), 1, scale, t0)
+			s.outlier(string(rune(i)), 1, scale, t0)
 		}
 		if len(s.latest) > spreadMaxPeers {
 			t.Fatalf("%d entries, bound %d", len(s.latest), spreadMaxPeers)

@@ -379,7 +379,7 @@ func (a *attacker) floodSnapshot(n *Node) params.Snapshot {
 	a.floodMu.Lock()
 	defer a.floodMu.Unlock()
 	if now := a.now(); a.floodSnp.Params == nil || now.Sub(a.floodAt) >= time.Second {
-		a.floodSnp, a.floodAt = n.trainer.Snapshot(), now
+		a.floodSnp, a.floodAt = n.trainer.SnapshotInto(nil), now
 	}
 	return a.floodSnp
 }

@@ -357,7 +357,7 @@ func TestHostileNodeSendsAttackedModels(t *testing.T) {
 			honest, attacker := hostilePair(t, tc.adv)
 			check := func(how string, got []float32) {
 				t.Helper()
-				own := attacker.trainer.Snapshot().Params
+				own := attacker.trainer.SnapshotInto(nil).Params
 				// The attacker trains on between the two snapshots; at 2 ms a
 				// step its model moves little.
 				if c, f := cosine(got, own), norm(got)/norm(own); math.Abs(c-tc.cos) > 0.1 || math.Abs(f-tc.factor) > 0.1*tc.factor {
@@ -366,7 +366,7 @@ func TestHostileNodeSendsAttackedModels(t *testing.T) {
 			}
 			// The exchanges the attacker starts (its averager).
 			select {
-			case in := <-honest.inbound:
+			case in := <-honest.avg.inbound:
 				if in.from != attacker.ID() {
 					t.Fatalf("model from %s, want the attacker", in.from)
 				}
@@ -381,7 +381,7 @@ func TestHostileNodeSendsAttackedModels(t *testing.T) {
 			}
 			check("served", got.Params)
 			// Its own model is not the attacked one.
-			if c := cosine(got.Params, attacker.trainer.Snapshot().Params); tc.cos < 0 && c > 0 {
+			if c := cosine(got.Params, attacker.trainer.SnapshotInto(nil).Params); tc.cos < 0 && c > 0 {
 				t.Errorf("the attacker's own model follows what it sends (cosine %.3f)", c)
 			}
 		})
@@ -412,13 +412,13 @@ func TestHostileNodeRefused(t *testing.T) {
 				return true
 			})
 			select {
-			case in := <-honest.inbound:
+			case in := <-honest.avg.inbound:
 				if tc.adv.Kind != AdversaryFlood {
 					t.Errorf("the honest node accepted a model from %s", in.from)
 				}
 			default:
 			}
-			for _, v := range [][]float32{attacker.trainer.Snapshot().Params, honest.trainer.Snapshot().Params} {
+			for _, v := range [][]float32{attacker.trainer.SnapshotInto(nil).Params, honest.trainer.SnapshotInto(nil).Params} {
 				for _, x := range v {
 					if x-x != 0 {
 						t.Fatal("a trainer's model holds a non-finite value")

@@ -11,11 +11,12 @@ import (
 // ahead pulls the most advanced model instead of merging its own young one
 // into theirs, and then merges normally.
 //
-// The early nodes never start an exchange with the joiner while it is
-// more than the catch-up threshold behind (its young model would only be
-// an outlier to them), so the gap it pulls across cannot close by inbound
-// merges first. The early nodes start an exchange every second, the joiner
-// looks for a partner every 50 ms; all announce every 200 ms.
+// The joiner must see the others before they start exchanging with it, or
+// their models reach it by inbound merges and the gap it would pull across
+// closes first. So the early nodes announce every 200 ms and start an
+// exchange only every second, while the joiner announces every 3 s (its
+// first announcement, made before it is connected, is lost) and looks for
+// a partner every 50 ms.
 func TestLateJoinerCatchesUp(t *testing.T) {
 	checkGoroutines(t)
 	const catchUp = 1000 // samples, about 16 steps of batch 64
@@ -41,7 +42,7 @@ func TestLateJoinerCatchesUp(t *testing.T) {
 		return early[0].Status().Progress >= ahead && early[1].Status().Progress >= ahead
 	})
 
-	cfg = config(200*time.Millisecond, 50*time.Millisecond)
+	cfg = config(3*time.Second, 50*time.Millisecond)
 	cfg.Host.Bootstrap = bootstrapOff(t, early[0].Node)
 	late := newMeshNode(t, cfg, nil)
 	late.start(t)

@@ -113,7 +113,7 @@ func runSwarm(t *testing.T, mode node.Mode, n int) swarmRun {
 	}
 	for _, tn := range nodes {
 		res := tn.wait(t)
-		r.params = append(r.params, res.Trainer.Snapshot().Params)
+		r.params = append(r.params, res.Snapshot.Params)
 		r.acc = append(r.acc, res.TestAccuracy)
 		r.status = append(r.status, tn.Status())
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/node"
-	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/store"
 )
 
@@ -100,11 +99,8 @@ func newMeshNode(t *testing.T, cfg node.Config, st store.Store) *meshNode {
 	m.Node = n
 	t.Cleanup(func() {
 		if m.cancel == nil {
-			// Never started: only Run closes the mesh, and with a cancelled
-			// context it does nothing else.
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel()
-			_, _ = n.Run(ctx, nil)
+			// Never started: Close alone releases the host.
+			_ = n.Close()
 		}
 	})
 	return m
@@ -218,11 +214,7 @@ func paramSpread(vs [][]float32) (mean, maxDist float64) {
 // Stats; the node's merge counters do not see it.)
 func reinit(t *testing.T, n *node.Node, seed uint64) {
 	t.Helper()
-	tr := n.Trainer()
-	err := tr.Apply(func(w, _ []float32, _ *params.Progress) error {
-		return tr.Model().Init(w, seed)
-	})
-	if err != nil {
+	if err := node.Reinit(n, seed); err != nil {
 		t.Fatalf("reinit: %v", err)
 	}
 }

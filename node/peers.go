@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"sort"
 	"time"
 
@@ -98,12 +97,13 @@ func (n *Node) Peers() []PeerStatus {
 
 // Snapshot returns a frozen copy of the model and its layout.
 func (n *Node) Snapshot() (params.Snapshot, params.Layout) {
-	return n.trainer.Snapshot(), n.trainer.Model().Layout()
+	return n.trainer.SnapshotInto(nil), n.trainer.Layout()
 }
 
 // ModelMeta is the safetensors metadata of an exported model.
 func (n *Node) ModelMeta() (model, dataset, network string, seed uint64) {
-	return n.trainer.Model().Spec(), n.cfg.Dataset, n.cfg.Train.Network, n.cfg.Train.Seed
+	i := n.trainer.Info()
+	return i.Model, i.Dataset, i.Network, i.Seed
 }
 
 // Checkpoints lists the store's checkpoints (empty without a store).
@@ -116,50 +116,4 @@ func (n *Node) Checkpoints() ([]store.Info, error) {
 		l = []store.Info{}
 	}
 	return l, err
-}
-
-// History returns the last k metric points (all with k <= 0), oldest first.
-func (n *Node) History(k int) []store.Point {
-	n.histMu.Lock()
-	defer n.histMu.Unlock()
-	h := n.hist
-	if k > 0 && len(h) > k {
-		h = h[len(h)-k:]
-	}
-	return append([]store.Point{}, h...)
-}
-
-// historyLimit bounds the in-memory history the dashboard reads.
-const historyLimit = 2000
-
-// record appends a metric point to the in-memory history and queues it
-// for the store; it never waits for the disk (a full queue drops it).
-func (n *Node) record(p store.Point) {
-	n.histMu.Lock()
-	n.hist = append(n.hist, p)
-	if len(n.hist) > historyLimit {
-		n.hist = append(n.hist[:0:0], n.hist[len(n.hist)-historyLimit:]...)
-	}
-	n.histMu.Unlock()
-	select {
-	case n.histQ <- p:
-	default:
-	}
-}
-
-// historian writes queued metric points to the store until ctx ends.
-func (n *Node) historian(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case p := <-n.histQ:
-			if n.st == nil {
-				continue
-			}
-			if err := n.st.AppendHistory(p); err != nil {
-				n.log.Warn("metric history not stored", "err", err)
-			}
-		}
-	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/store"
-	"github.com/meshtrain/meshtrain/train"
 )
 
 // ErrFinished is returned when the newest checkpoint belongs to a run that
@@ -92,8 +91,10 @@ type Event struct {
 
 // Result is what a finished run reports.
 type Result struct {
-	Trainer      *train.Trainer
-	Test         *train.Dataset
+	// Snapshot is the final model, Layout its tensors and Info what it is.
+	Snapshot     params.Snapshot
+	Layout       params.Layout
+	Info         TrainerInfo
 	TestAccuracy float64
 	Finished     bool   // the run reached a stop condition (not interrupted)
 	StopReason   string // one of the Stop constants
@@ -101,7 +102,7 @@ type Result struct {
 
 // resume restores the newest usable checkpoint unless cfg.Fresh is set,
 // and returns the run clock it was taken at (0 when starting fresh).
-func resume(ctx context.Context, cfg Config, st store.Store, t *train.Trainer, log *slog.Logger, send func(Event)) (float64, error) {
+func resume(ctx context.Context, cfg Config, st store.Store, t Trainer, log *slog.Logger, send func(Event)) (float64, error) {
 	fp := t.Fingerprint()
 	cp, skipped, err := st.LoadLatest(ctx, fp)
 	others := 0
@@ -132,12 +133,13 @@ func resume(ctx context.Context, cfg Config, st store.Store, t *train.Trainer, l
 		return 0, fmt.Errorf("%w at step %d (checkpoint %d); pass --fresh to start over, or run 'meshtrain export' for the model",
 			ErrFinished, cp.Step, cp.ID)
 	}
-	var state train.State
+	var state checkpointCounters
 	if err := json.Unmarshal([]byte(cp.Meta[MetaTrainerState]), &state); err != nil {
 		return 0, fmt.Errorf("node: checkpoint %d has no readable trainer state: %w (pass --fresh to start over)", cp.ID, err)
 	}
-	state.Params, state.Momentum = cp.Params, cp.OptState
-	if err := t.Restore(state); err != nil {
+	ts := TrainerState{Params: cp.Params, Opt: cp.OptState, Step: state.Step, Progress: state.Progress, Samples: state.Samples,
+		Epoch: state.Epoch, Own: json.RawMessage(cp.Meta[MetaTrainerState])}
+	if err := t.Restore(ts); err != nil {
 		return 0, fmt.Errorf("node: checkpoint %d does not fit this run's settings: %w (pass --fresh to start over)", cp.ID, err)
 	}
 	// A checkpoint from before the run clock was kept resumes at its own
@@ -168,8 +170,19 @@ type checkpointer struct {
 // checkpointState is what one checkpoint holds: the trainer's state and the
 // run clock at the same moment.
 type checkpointState struct {
-	train.State
+	TrainerState
 	clock float64
+}
+
+// checkpointCounters are the counters a node reads back from the trainer's
+// own state in a checkpoint (MetaTrainerState). The built-in trainer's
+// state has them under these names; a trainer whose own state lacks them
+// resumes with the manifest's step and progress only.
+type checkpointCounters struct {
+	Step     int64           `json:"step"`
+	Progress params.Progress `json:"progress"`
+	Epoch    int             `json:"epoch"`
+	Samples  int64           `json:"samples"`
 }
 
 func newCheckpointer(st store.Store, meta map[string]string, log *slog.Logger, send func(Event), saved func(store.Info)) *checkpointer {
@@ -219,21 +232,17 @@ func (c *checkpointer) saveNow(ctx context.Context, s checkpointState, final boo
 func (c *checkpointer) save(ctx context.Context, s checkpointState, final bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	stateJSON, err := json.Marshal(s.State)
-	if err != nil {
-		return err
-	}
 	meta := make(map[string]string, len(c.meta)+4)
 	for k, v := range c.meta {
 		meta[k] = v
 	}
-	meta[MetaTrainerState] = string(stateJSON)
+	meta[MetaTrainerState] = string(s.Own)
 	meta[MetaStep] = strconv.FormatInt(s.Step, 10)
 	meta[MetaProgress] = strconv.FormatFloat(float64(s.Progress), 'g', -1, 64)
 	meta[MetaRunSamples] = strconv.FormatFloat(s.clock, 'f', -1, 64)
 	fp, _ := params.ParseFingerprint(c.meta[MetaFingerprint])
 	info, err := c.st.Save(ctx, &store.Checkpoint{Fingerprint: fp, Step: s.Step, Progress: s.Progress,
-		Params: s.Params, OptState: s.Momentum, Meta: meta, Final: final})
+		Params: s.Params, OptState: s.Opt, Meta: meta, Final: final})
 	if err != nil {
 		return fmt.Errorf("node: checkpoint at step %d: %w", s.Step, err)
 	}

@@ -218,15 +218,15 @@ func TestLastCheckpointIsTheCommittedOne(t *testing.T) {
 	n := newMeshNode(t, cfg, st)
 	n.start(t)
 	eventually(t, time.Minute, "a checkpoint", func() bool { return n.Status().LastCheckpoint != nil })
-	size := n.Trainer().Model().Size()
+	size := node.TrainerOf(n.Node).Layout().Size()
 	check := func(where string, c *store.Info) {
 		t.Helper()
 		if c == nil {
 			t.Fatalf("%s: no last checkpoint", where)
 		}
-		if c.Fingerprint != n.Trainer().Fingerprint() || c.Size != int64(8*size) || c.ParamsLen != size || c.OptLen != size {
+		if c.Fingerprint != node.TrainerOf(n.Node).Fingerprint() || c.Size != int64(8*size) || c.ParamsLen != size || c.OptLen != size {
 			t.Errorf("%s: last checkpoint %+v, want fingerprint %s, %d params and momenta, %d bytes", where, *c,
-				n.Trainer().Fingerprint().Short(), size, 8*size)
+				node.TrainerOf(n.Node).Fingerprint().Short(), size, 8*size)
 		}
 		infos, err := st.List()
 		if err != nil {

@@ -39,7 +39,7 @@ func TestShutdown(t *testing.T) {
 		began := time.Now()
 		res := n.stop(t)
 		took := time.Since(began)
-		s := res.Trainer.Stats()
+		s := node.TrainerOf(n.Node).Stats()
 		t.Logf("node %d: Run returned %v after cancel, at step %d with %d merges", i, took, s.Steps, n.Status().Merges)
 		if res.Finished {
 			t.Errorf("node %d: an interrupted run reports Finished", i)
@@ -60,10 +60,10 @@ func TestShutdown(t *testing.T) {
 		if err != nil {
 			t.Fatalf("node %d: load checkpoint %d: %v", i, last.ID, err)
 		}
-		if !slices.Equal(cp.Params, res.Trainer.Snapshot().Params) {
+		if !slices.Equal(cp.Params, res.Snapshot.Params) {
 			t.Errorf("node %d: the final checkpoint does not hold the model the node ended with", i)
 		}
-		if cp.Meta[node.MetaFingerprint] != n.Trainer().Fingerprint().String() {
+		if cp.Meta[node.MetaFingerprint] != node.TrainerOf(n.Node).Fingerprint().String() {
 			t.Errorf("node %d: checkpoint fingerprint %q", i, cp.Meta[node.MetaFingerprint])
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/meshtrain/meshtrain/params"
-	"github.com/meshtrain/meshtrain/train"
 )
 
 // Snapshot files are how a benchmark harness sees a run without slowing it
@@ -103,11 +102,12 @@ func (n *Node) snapshotter(ctx context.Context) {
 	if n.snaps.Dir == "" {
 		return
 	}
+	info := n.trainer.Info()
 	meta := map[string]string{
-		MetaModel: n.trainer.Model().Spec(), MetaDataset: n.cfg.Dataset, MetaNetwork: n.cfg.Train.Network,
-		MetaFingerprint: n.fp.String(), MetaSeed: strconv.FormatUint(n.cfg.Train.Seed, 10),
-		MetaSlowdown: strconv.FormatFloat(n.cfg.Train.Slowdown, 'g', -1, 64),
-		MetaPeerID:   n.id.String(), MetaShard: n.cfg.Train.Shard,
+		MetaModel: info.Model, MetaDataset: info.Dataset, MetaNetwork: info.Network,
+		MetaFingerprint: n.fp.String(), MetaSeed: strconv.FormatUint(info.Seed, 10),
+		MetaSlowdown: strconv.FormatFloat(info.Slowdown, 'g', -1, 64),
+		MetaPeerID:   n.id.String(), MetaShard: info.Shard,
 	}
 	var seq int
 	var buf []float32
@@ -116,7 +116,7 @@ func (n *Node) snapshotter(ctx context.Context) {
 		// The model and the counters are read under separate locks; retry
 		// until no step landed in between, so they describe one moment.
 		var snap params.Snapshot
-		var stats train.Stats
+		var stats TrainerStats
 		for range 5 {
 			stats = n.trainer.Stats()
 			snap = n.trainer.SnapshotInto(buf)
@@ -151,7 +151,7 @@ func (n *Node) snapshotter(ctx context.Context) {
 
 // writeSnapshot writes one snapshot file atomically (temp file, rename), so
 // a reader never sees half a file.
-func (n *Node) writeSnapshot(seq int, snap params.Snapshot, s train.Stats, base map[string]string, final bool) error {
+func (n *Node) writeSnapshot(seq int, snap params.Snapshot, s TrainerStats, base map[string]string, final bool) error {
 	meta := make(map[string]string, len(base)+12)
 	for k, v := range base {
 		meta[k] = v
@@ -166,7 +166,7 @@ func (n *Node) writeSnapshot(seq int, snap params.Snapshot, s train.Stats, base 
 	meta[MetaBaseStepNano] = itoa(int64(s.BaseStep))
 	meta[MetaNetWaitNanos] = itoa(n.networkWait.Load())
 	meta[MetaBytesSent] = strconv.FormatUint(n.counters.Snapshot().BytesSent, 10)
-	meta[MetaMerges] = itoa(n.merges.Load())
+	meta[MetaMerges] = itoa(n.Merges())
 	meta[MetaFinal] = strconv.FormatBool(final)
 	name := fmt.Sprintf("snap-%06d.safetensors", seq)
 	if n.id != "" {
@@ -178,7 +178,7 @@ func (n *Node) writeSnapshot(seq int, snap params.Snapshot, s train.Stats, base 
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if err := params.WriteSafetensors(tmp, n.trainer.Model().Layout(), snap.Params, meta); err != nil {
+	if err := params.WriteSafetensors(tmp, n.trainer.Layout(), snap.Params, meta); err != nil {
 		tmp.Close()
 		return fmt.Errorf("%w: write %s: %w", ErrSnapshots, path, err)
 	}

@@ -69,7 +69,7 @@ func TestSnapshotsWaitForStartFileAndRecordCounters(t *testing.T) {
 
 	// Held at the start line: no step, no snapshot.
 	time.Sleep(100 * time.Millisecond)
-	if s := n.Trainer().Stats(); s.Steps != 0 {
+	if s := node.TrainerOf(n).Stats(); s.Steps != 0 {
 		t.Fatalf("trainer took %d steps before the start file existed", s.Steps)
 	}
 	if files, _ := filepath.Glob(filepath.Join(snapDir, node.SnapshotGlob)); len(files) != 0 {
@@ -98,8 +98,8 @@ func TestSnapshotsWaitForStartFileAndRecordCounters(t *testing.T) {
 		if got := metaInt(t, meta, node.MetaSnapshotSeq); got != int64(i) {
 			t.Errorf("%s: seq %d, want %d", f, got, i)
 		}
-		if len(v) != n.Trainer().Model().Size() {
-			t.Errorf("%s: %d params, want %d", f, len(v), n.Trainer().Model().Size())
+		if len(v) != node.TrainerOf(n).Layout().Size() {
+			t.Errorf("%s: %d params, want %d", f, len(v), node.TrainerOf(n).Layout().Size())
 		}
 		if meta[node.MetaModel] != "mlp:16" || meta[node.MetaDataset] != node.DatasetSynthetic || meta[node.MetaSlowdown] != "2" ||
 			meta[node.MetaShard] != "all" || meta[node.MetaPeerID] != "" {
@@ -163,8 +163,8 @@ func TestStartFileWaitEndsWithContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := res.Trainer.Stats(); s.Steps != 0 {
-		t.Errorf("took %d steps without a start", s.Steps)
+	if s := node.TrainerOf(n).Stats(); s.Steps != 0 || res.Snapshot.Step != 0 {
+		t.Errorf("took %d steps (final model at step %d) without a start", s.Steps, res.Snapshot.Step)
 	}
 }
 

@@ -59,7 +59,7 @@ func newStaller(t *testing.T, victim *node.Node, netName string) *staller {
 		t.Fatal(err)
 	}
 	ac := gossip.DefaultAnnounceConfig()
-	ac.Network, ac.Fingerprint = netName, victim.Trainer().Fingerprint()
+	ac.Network, ac.Fingerprint = netName, node.TrainerOf(victim).Fingerprint()
 	ac.Interval, ac.FreshWindow, ac.MaxAge = 200*time.Millisecond, 5*time.Second, 5*time.Second
 	s.ann, err = gossip.NewAnnouncer(h, ps, ac, func() gossip.Announcement {
 		return gossip.Announcement{Mode: string(node.ModeGossip)}

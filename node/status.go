@@ -76,12 +76,15 @@ func (n *Node) Status() Status {
 	st := Status{
 		Network: n.cfg.Train.Network, Mode: string(n.cfg.Mode), Profile: string(n.cfg.Host.Profile),
 		Fingerprint: n.fp.String(), Version: Version(),
-		Step: s.Steps, Progress: float64(s.Progress), Epoch: s.Epoch, Loss: f64(&n.lastLoss),
-		TestAccuracy: f64(&n.lastAcc), SamplesPerSec: s.SamplesPerSec, BusyS: s.Busy.Seconds(), UptimeS: up.Seconds(),
+		Step: s.Steps, Progress: float64(s.Progress), Epoch: s.Epoch, Loss: f64(&n.rep.lastLoss),
+		TestAccuracy: f64(&n.rep.lastAcc), SamplesPerSec: s.SamplesPerSec, BusyS: s.Busy.Seconds(), UptimeS: up.Seconds(),
 		NetworkWaitS: time.Duration(n.networkWait.Load()).Seconds(),
-		Merges:       n.merges.Load(), PeerMerges: n.PeerMerges(), LastMerge: n.lastMerge.Load(), CatchUps: n.catchups.Load(),
-		ExchangesFailed: n.exchFailed.Load(), ExchangeTimeouts: n.timeouts.Load(), InboundDropped: n.inDropped.Load(),
-		Gossip: n.counters.Snapshot(), LastCheckpoint: n.lastCkpt.Load(), Trust: n.TrustStats(),
+		PeerMerges:   n.PeerMerges(),
+		Gossip:       n.counters.Snapshot(), LastCheckpoint: n.rep.lastCkpt.Load(), Trust: n.TrustStats(),
+	}
+	if a := n.avg; a != nil {
+		st.Merges, st.LastMerge, st.CatchUps = a.merges.Load(), a.last.Load(), a.catchups.Load()
+		st.ExchangesFailed, st.ExchangeTimeouts, st.InboundDropped = a.failed.Load(), a.timeouts.Load(), a.dropped.Load()
 	}
 	if n.cfg.Offline {
 		st.Mode, st.Profile = "offline", ""
@@ -95,7 +98,7 @@ func (n *Node) Status() Status {
 		}
 	}
 	st.Run = RunStatus{Epochs: n.cfg.Epochs, TotalSamples: n.runTotal, OwnSamples: float64(s.Samples),
-		Samples: n.runPosition(time.Now(), float64(s.Samples)), LR: f64(&n.lastLR), Schedule: n.trainer.Schedule().String(),
+		Samples: n.runPosition(time.Now(), float64(s.Samples)), LR: f64(&n.rep.lastLR), Schedule: s.Schedule,
 		ClockClamped: n.clock.clampedTotal()}
 	if n.runTotal > 0 {
 		st.Run.Fraction = min(1, st.Run.Samples/n.runTotal)

@@ -98,7 +98,7 @@ type syncer struct {
 
 func (n *Node) newSyncer() (*syncer, error) {
 	c := gossip.DefaultSyncConfig()
-	c.Fingerprint, c.Elements = n.fp, n.trainer.Model().Size()
+	c.Fingerprint, c.Elements = n.fp, n.trainer.Layout().Size()
 	c.MaxElements, c.ChunkSize, c.ChunkTimeout = n.cfg.Exchange.MaxElements, n.cfg.Exchange.ChunkSize, n.cfg.Exchange.ChunkTimeout
 	c.Timeout = n.cfg.SyncTimeout
 	c.MaxProgressDelta = float64(n.cfg.Train.Batch)
@@ -140,7 +140,7 @@ func (n *Node) SyncStatus() SyncStatus {
 // error; every other failure is handled by asking someone else.
 func (s *syncer) step(ctx context.Context) error {
 	st := s.n.trainer.State() // between two steps: nobody else steps
-	own := gossip.Contribution{Round: st.Step, Progress: st.Progress, Params: st.Params, Momentum: st.Momentum}
+	own := gossip.Contribution{Round: st.Step, Progress: st.Progress, Params: st.Params, Momentum: st.Opt}
 	for ctx.Err() == nil {
 		if !s.synced {
 			// Our step was not taken from the group's model: it is
@@ -441,7 +441,7 @@ func (s *syncer) adopt(res gossip.SyncState) {
 		// A join: the group's step count too, so members stay in lockstep
 		// by step (round r is every member's step r).
 		st := t.State()
-		st.Params, st.Momentum, st.Step, st.Progress = res.Params, res.Momentum, res.Round, res.Progress
+		st.Params, st.Opt, st.Step, st.Progress = res.Params, res.Momentum, res.Round, res.Progress
 		err = t.Restore(st)
 	}
 	if err != nil {

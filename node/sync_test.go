@@ -199,7 +199,7 @@ func newSyncNodes(t *testing.T, network string, slowdowns []float64, maxSteps in
 		t.Cleanup(func() {
 			defer endMesh()
 			if r.cancel == nil {
-				n.closeMesh()
+				n.Close()
 				return
 			}
 			r.stop(t)
@@ -446,7 +446,7 @@ func TestSyncJoinIdentical(t *testing.T) {
 	var snaps [][]float32
 	for i, r := range nodes {
 		r.wait(t)
-		s := r.res.Trainer.Snapshot()
+		s := r.res.Snapshot
 		snaps = append(snaps, s.Params)
 		v := r.SyncStatus()
 		t.Logf("node %d (%s): step %d, progress %v, sync %+v", i, r.ID(), s.Step, float64(s.Progress), v)
@@ -466,7 +466,7 @@ func TestSyncJoinIdentical(t *testing.T) {
 		}
 	}
 	// The group's progress counts every member's batch of every round.
-	if p0 := nodes[0].res.Trainer.Stats().Progress; p0 <= steps*16 {
+	if p0 := nodes[0].res.Snapshot.Progress; p0 <= steps*16 {
 		t.Errorf("group progress %v, want more than one member's %d samples", float64(p0), steps*16)
 	}
 }

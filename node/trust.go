@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,10 +13,9 @@ import (
 
 	"github.com/meshtrain/meshtrain/averaging"
 	"github.com/meshtrain/meshtrain/gossip"
-	"github.com/meshtrain/meshtrain/params"
+	"github.com/meshtrain/meshtrain/merge"
 	"github.com/meshtrain/meshtrain/reputation"
 	"github.com/meshtrain/meshtrain/store"
-	"github.com/meshtrain/meshtrain/train"
 )
 
 // TrustConfig is how a node defends its model against broken and hostile
@@ -133,21 +131,13 @@ type TrustStats struct {
 	GateRefused uint64 `json:"gate_refused"`
 }
 
-// trust is the node's defence state. book is safe for concurrent use; the
-// rest belongs to the averager goroutine, except the counters.
+// trust is the node's defence state: the reputation book (safe for
+// concurrent use) and the counters of the merge core's decisions (atomics,
+// written by the averager goroutine). The decisions themselves are the
+// merge package's.
 type trust struct {
-	cfg     TrustConfig
-	book    *reputation.Book
-	radius  *averaging.Radius
-	merger  averaging.Merger
-	batch   int
-	model   *train.Model
-	holdout *train.Dataset
-	rng     *rand.Rand
-
-	local, cand []float32         // scratch: our model, a candidate merge
-	accepted    map[peer.ID]int64 // merges accepted per peer
-	spread      peerSpread        // the outlier test; see spread.go
+	cfg  TrustConfig
+	book *reputation.Book
 
 	refusedOutlier, refusedLoss, refusedNonFinite, refusedIgnored atomic.Int64
 	clipped, validated                                            atomic.Int64
@@ -156,44 +146,62 @@ type trust struct {
 	wg sync.WaitGroup // act goroutines
 }
 
-func newTrust(cfg TrustConfig, merger averaging.Merger, batch int, t *train.Trainer, trainSet *train.Dataset, seed uint64) (*trust, error) {
+func newTrust(cfg TrustConfig) (*trust, error) {
 	book, err := reputation.New(cfg.Reputation)
 	if err != nil {
 		return nil, fmt.Errorf("%w: reputation: %w", ErrBadConfig, err)
 	}
-	r, err := averaging.NewRadius(cfg.Radius)
-	if err != nil {
-		return nil, fmt.Errorf("%w: clipping radius: %w", ErrBadConfig, err)
+	return &trust{cfg: cfg, book: book}, nil
+}
+
+// mergeConfig is the merge core's configuration for a node: the merge
+// rule, and the checks when trust is on.
+func mergeConfig(c Config, trusting bool) merge.Config {
+	t := c.Trust
+	return merge.Config{Merger: c.Merger, Batch: c.Train.Batch, CatchUp: c.CatchUp, Trust: trusting, Radius: t.Radius,
+		Probation: t.Probation, ValidateEvery: t.ValidateEvery, LossTolerance: t.LossTolerance, LossSlack: t.LossSlack,
+		PlausibleFactor: t.PlausibleFactor, Seed: c.Train.Seed}
+}
+
+// count records a decision in the trust counters (the refusals by the
+// names the status and /metrics use).
+func (t *trust) count(d merge.Decision, radius, median float64) {
+	if d.Validated {
+		t.validated.Add(1)
 	}
-	idx, err := train.ShardIndices(trainSet, t.Shard(), t.Config().Seed, t.Config().Alpha)
-	if err != nil {
-		return nil, err
+	switch d.Reason {
+	case merge.MergedClipped:
+		t.clipped.Add(1)
+	case merge.RefusedOutlier:
+		t.refusedOutlier.Add(1)
+	case merge.RefusedImplausible, merge.RefusedBlend, merge.RefusedNoHoldout:
+		t.refusedLoss.Add(1)
+	case merge.RefusedNonFinite:
+		t.refusedNonFinite.Add(1)
+	case merge.RefusedIgnored, merge.RefusedBanned:
+		t.refusedIgnored.Add(1)
 	}
-	rng := rand.New(rand.NewPCG(seed, 0x7275737421))
-	rng.Shuffle(len(idx), func(i, j int) { idx[i], idx[j] = idx[j], idx[i] })
-	hold, err := trainSet.Subset(idx[:min(cfg.Holdout, len(idx))])
-	if err != nil {
-		return nil, err
+	setF64(&t.median, median)
+	if !math.IsInf(radius, 0) {
+		setF64(&t.radiusNow, radius)
 	}
-	n := t.Model().Size()
-	return &trust{cfg: cfg, book: book, radius: r, merger: merger, batch: batch, model: t.Model(), holdout: hold,
-		rng: rng, local: make([]float32, n), cand: make([]float32, n), accepted: map[peer.ID]int64{}}, nil
 }
 
 // reasonVerdict maps a refused input to a verdict; ok is false for refusals
 // that say nothing about the peer (we were busy, it was merely behind).
 func reasonVerdict(r gossip.Reason) (reputation.Verdict, bool) {
-	switch r.String() {
-	case "fingerprint":
+	switch r {
+	case gossip.ReasonFingerprint:
 		return reputation.FingerprintMismatch, true
-	case "non_finite":
+	case gossip.ReasonNonFinite:
 		return reputation.NonFinite, true
-	case "timeout", "short_read":
+	case gossip.ReasonTimeout, gossip.ReasonShortRead:
 		// A slow or departing honest peer does this too: mild.
 		return reputation.Timeout, true
-	case "oversize", "size_mismatch", "protocol":
+	case gossip.ReasonOversize, gossip.ReasonSizeMismatch, gossip.ReasonProtocol:
 		return reputation.ProtocolViolation, true
-	case "bad_magic", "bad_version", "checksum", "malformed", "inconsistent", "flood":
+	case gossip.ReasonBadMagic, gossip.ReasonBadVersion, gossip.ReasonChecksum, gossip.ReasonMalformed,
+		gossip.ReasonInconsistent, gossip.ReasonFlood:
 		// An honest peer's announcements can bunch up in transit and trip
 		// the flood limit now and then; a flooder trips it hundreds of
 		// times a second.
@@ -280,181 +288,6 @@ func (n *Node) standing(p peer.ID) reputation.State {
 // refuseConn is the connection gate's ban check.
 func (n *Node) refuseConn(p peer.ID) bool {
 	return n.trust != nil && n.trust.book.State(p.String(), time.Now()) == reputation.Banned
-}
-
-// vet decides whether a remote model may be merged, and makes it safe to:
-// it clamps the progress the sender claims, clips the model to the radius
-// around ours (in place), refuses outliers and, for peers on probation,
-// clipped models and a random share of the rest, refuses a candidate merge
-// that makes our holdout loss jump. It records the verdict and returns
-// whether to merge and whether the model was clipped.
-func (n *Node) vet(from peer.ID, remote *params.Snapshot) (ok, clipped bool) {
-	t := n.trust
-	// A peer below the ignore threshold is never merged, but what it sends
-	// is still judged, so an attacker that keeps attacking goes on to a ban
-	// instead of idling at "ignored" until its score decays back.
-	st := n.standing(from)
-	if st == reputation.Banned {
-		t.refusedIgnored.Add(1)
-		return false, false
-	}
-	if remote.Fingerprint != n.fp || len(remote.Params) != len(t.local) {
-		n.verdict(from, reputation.FingerprintMismatch)
-		return false, false
-	}
-	own := n.trainer.SnapshotInto(t.local)
-	// A peer may not claim more progress than the catch-up threshold above
-	// ours: a model further ahead is pulled whole (after validation), never
-	// blended, so an inflated claim cannot drag every schedule to its end.
-	if lead := n.cfg.CatchUp; lead > 0 && float64(remote.Progress) > float64(own.Progress)+lead {
-		remote.Progress = params.Progress(float64(own.Progress) + lead)
-	}
-	v, err := t.radius.Check(own.Params, remote.Params)
-	if err != nil {
-		t.refusedNonFinite.Add(1)
-		n.verdict(from, reputation.NonFinite)
-		return false, false
-	}
-	// An outlier by both measures: far beyond what the other peers send now
-	// (spread.go), and beyond the outlier factor of recent accepted merges
-	// (once the radius has enough of them). Either alone misjudges honest
-	// models: the radius's window when every distance grows at once (a
-	// warmup), the peers' latest distances when most of them happen to be
-	// tiny (peers that just merged with us).
-	if t.spread.outlier(from, v.Distance, t.cfg.Radius.OutlierScale, time.Now()) && (v.Outlier || math.IsInf(v.Radius, 1)) {
-		t.refusedOutlier.Add(1)
-		n.verdict(from, reputation.Outlier)
-		n.log.Debug("merge refused: outlier", "peer", from, "distance", v.Distance)
-		return false, false
-	}
-	ownLoss := math.NaN() // computed once, if a check needs it
-	if v.Clip < 1 {
-		// Far from us: before it is clipped (which alone would let a
-		// model pointing the wrong way pull us a little every time), the
-		// model itself must be plausible: an honest peer's model, however
-		// different its data, scores on our holdout within a few times
-		// our own loss; a sign-flipped one does not.
-		t.validated.Add(1)
-		var ok bool
-		if ok, ownLoss = n.plausible(own.Params, remote.Params); !ok {
-			t.refusedLoss.Add(1)
-			n.verdict(from, reputation.LossJump)
-			return false, false
-		}
-		if st == reputation.OK {
-			if _, err := averaging.ClipDelta(remote.Params, own.Params, remote.Params, v.Radius); err != nil {
-				return false, false
-			}
-			clipped = true
-		}
-	}
-	if st != reputation.OK {
-		t.refusedIgnored.Add(1)
-		return false, false
-	}
-	if t.accepted[from] < int64(t.cfg.Probation) || clipped || t.rng.IntN(t.cfg.ValidateEvery) == 0 {
-		t.validated.Add(1)
-		if !n.validate(own, *remote, ownLoss) {
-			// Refused, but not held against the peer: the holdout is a
-			// sample of our own shard, so an honest peer trained on other
-			// labels can fail this too. Only the gross checks (outlier,
-			// implausible, non-finite) are evidence.
-			t.refusedLoss.Add(1)
-			return false, clipped
-		}
-	}
-	t.radius.Observe(v.Distance)
-	setF64(&t.median, t.radius.Median())
-	if r := t.radius.Radius(); !math.IsInf(r, 0) {
-		setF64(&t.radiusNow, r)
-	}
-	return true, clipped
-}
-
-// plausible compares the holdout loss of a remote model with ours: it
-// passes within PlausibleFactor times ours plus LossSlack. It returns our
-// loss for reuse.
-func (n *Node) plausible(own, remote []float32) (bool, float64) {
-	t := n.trust
-	before, err1 := train.Evaluate(t.model, own, t.holdout, 0, 1)
-	theirs, err2 := train.Evaluate(t.model, remote, t.holdout, 0, 1)
-	if err1 != nil || err2 != nil {
-		return false, math.NaN()
-	}
-	return theirs.Loss <= before.Loss*t.cfg.PlausibleFactor+t.cfg.LossSlack, before.Loss
-}
-
-// validate compares the holdout loss of our model (ownLoss, or NaN to
-// compute it) with that of the candidate merge.
-func (n *Node) validate(own, remote params.Snapshot, ownLoss float64) bool {
-	t := n.trust
-	s, err := averaging.StalenessSteps(own.Progress, remote.Progress, t.batch)
-	if err != nil {
-		return false
-	}
-	a, err := t.merger.Weight(s)
-	if err != nil {
-		return false
-	}
-	copy(t.cand, own.Params)
-	if err := averaging.Mix(t.cand, remote.Params, a); err != nil {
-		return false
-	}
-	if math.IsNaN(ownLoss) {
-		before, err := train.Evaluate(t.model, own.Params, t.holdout, 0, 1)
-		if err != nil {
-			return false
-		}
-		ownLoss = before.Loss
-	}
-	after, err := train.Evaluate(t.model, t.cand, t.holdout, 0, 1)
-	if err != nil {
-		return false
-	}
-	return after.Loss <= ownLoss*(1+t.cfg.LossTolerance)+t.cfg.LossSlack
-}
-
-// accept records a merge that was applied.
-func (n *Node) accept(from peer.ID, clipped bool) {
-	t := n.trust
-	t.accepted[from]++
-	if clipped {
-		t.clipped.Add(1)
-		n.verdict(from, reputation.Clipped)
-		return
-	}
-	n.verdict(from, reputation.Accepted)
-}
-
-// vetCatchUp checks a model pulled to replace ours: it must come from a
-// peer in good standing and be at least as good as ours on the holdout
-// (it claims to be far ahead of us).
-func (n *Node) vetCatchUp(from peer.ID, remote params.Snapshot) bool {
-	t := n.trust
-	if t == nil {
-		return true
-	}
-	if n.standing(from) != reputation.OK {
-		return false
-	}
-	if len(remote.Params) != len(t.local) {
-		n.verdict(from, reputation.FingerprintMismatch)
-		return false
-	}
-	if err := params.CheckFinite(remote.Params); err != nil {
-		n.verdict(from, reputation.NonFinite)
-		return false
-	}
-	own := n.trainer.SnapshotInto(t.local)
-	before, err1 := train.Evaluate(t.model, own.Params, t.holdout, 0, 1)
-	after, err2 := train.Evaluate(t.model, remote.Params, t.holdout, 0, 1)
-	// Stricter than a blend: a model that claims to be far ahead of ours
-	// and replaces it whole must be no worse on our holdout (+LossSlack).
-	if err1 != nil || err2 != nil || after.Loss > before.Loss+t.cfg.LossSlack {
-		n.verdict(from, reputation.LossJump)
-		return false
-	}
-	return true
 }
 
 // TrustStats reports the defences' counters.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/meshtrain/meshtrain/merge"
 	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/reputation"
 	"github.com/meshtrain/meshtrain/store"
@@ -30,13 +31,20 @@ func trustNode(t *testing.T, st store.Store) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trainSet, _, err := LoadData(cfg.Dataset, "", cfg.Train.Seed)
+	// An offline node keeps no holdout: give it a trainer that does.
+	g, _, err := newGoTrainer(cfg, cfg.Trust.Holdout, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.trust, err = newTrust(cfg.Trust, cfg.Merger, cfg.Train.Batch, n.trainer, trainSet, 1); err != nil {
+	n.trainer = g
+	if n.trust, err = newTrust(cfg.Trust); err != nil {
 		t.Fatal(err)
 	}
+	core, err := merge.New(mergeConfig(cfg, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.avg = newAverager(n, core)
 	n.restoreBans()
 	for range 200 {
 		if _, err := n.trainer.Step(context.Background()); err != nil {
@@ -49,7 +57,7 @@ func trustNode(t *testing.T, st store.Store) *Node {
 // near is our model moved by a random vector of norm d, claiming our
 // progress: what an honest, fresh peer sends.
 func near(n *Node, rng *rand.Rand, d float64) params.Snapshot {
-	s := n.trainer.Snapshot()
+	s := n.trainer.SnapshotInto(nil)
 	out := make([]float32, len(s.Params))
 	noise := make([]float64, len(out))
 	var sum float64
@@ -69,9 +77,9 @@ func warmUp(t *testing.T, n *Node, rng *rand.Rand, honest []peer.ID) {
 	t.Helper()
 	for i := range 40 {
 		p := honest[i%len(honest)]
-		n.merge(p, near(n, rng, 0.05+0.05*rng.Float64()), false)
+		n.avg.merge(p, near(n, rng, 0.05+0.05*rng.Float64()), false)
 	}
-	if got := n.merges.Load(); got != 40 {
+	if got := n.Merges(); got != 40 {
 		t.Fatalf("%d of 40 honest merges applied (trust stats %+v)", got, n.TrustStats())
 	}
 }
@@ -81,14 +89,14 @@ func TestTrustBansAttackersNotHonestPeers(t *testing.T) {
 	honest := []peer.ID{"honest-a", "honest-b", "honest-c"}
 	attacks := map[string]func(n *Node) params.Snapshot{
 		"signflip": func(n *Node) params.Snapshot {
-			s := n.trainer.Snapshot()
+			s := n.trainer.SnapshotInto(nil)
 			for i := range s.Params {
 				s.Params[i] = -s.Params[i]
 			}
 			return s
 		},
 		"scale": func(n *Node) params.Snapshot {
-			s := n.trainer.Snapshot()
+			s := n.trainer.SnapshotInto(nil)
 			for i := range s.Params {
 				s.Params[i] *= 10
 			}
@@ -96,7 +104,7 @@ func TestTrustBansAttackersNotHonestPeers(t *testing.T) {
 		},
 		"noise": func(n *Node) params.Snapshot { return near(n, rng, 50) },
 		"nan": func(n *Node) params.Snapshot {
-			s := n.trainer.Snapshot()
+			s := n.trainer.SnapshotInto(nil)
 			s.Params[3] = float32(math.NaN())
 			return s
 		},
@@ -107,7 +115,7 @@ func TestTrustBansAttackersNotHonestPeers(t *testing.T) {
 			defer st.Close()
 			n := trustNode(t, st)
 			warmUp(t, n, rng, honest)
-			before := n.trainer.Snapshot()
+			before := n.trainer.SnapshotInto(nil)
 			const attacker = peer.ID("attacker")
 			exchanges := 0
 			for n.standing(attacker) != reputation.Banned {
@@ -115,9 +123,9 @@ func TestTrustBansAttackersNotHonestPeers(t *testing.T) {
 				if exchanges > 20 {
 					t.Fatalf("not banned after 20 exchanges: %+v", n.trust.book.Peer(attacker.String(), time.Now()))
 				}
-				n.merge(attacker, attack(n), false)
+				n.avg.merge(attacker, attack(n), false)
 				// Honest peers go on meanwhile.
-				n.merge(honest[exchanges%3], near(n, rng, 0.08), true)
+				n.avg.merge(honest[exchanges%3], near(n, rng, 0.08), true)
 			}
 			t.Logf("%s banned after %d exchanges", name, exchanges)
 			if !n.refuseConn(attacker) {
@@ -130,7 +138,7 @@ func TestTrustBansAttackersNotHonestPeers(t *testing.T) {
 			}
 			// Nothing of the attacker's reached the model: it moved only by
 			// the honest merges, each at most alpha * 0.08.
-			after := n.trainer.Snapshot()
+			after := n.trainer.SnapshotInto(nil)
 			var d float64
 			for i := range after.Params {
 				x := float64(after.Params[i] - before.Params[i])
@@ -158,13 +166,13 @@ func TestTrustRefusesALossJumpFromANewPeer(t *testing.T) {
 	// Before any merge the radius is still warming up, so nothing is an
 	// outlier: the holdout check is what stops a garbage model from a peer
 	// on probation.
-	s := n.trainer.Snapshot()
+	s := n.trainer.SnapshotInto(nil)
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range s.Params {
 		s.Params[i] = float32(rng.NormFloat64() * 3)
 	}
-	n.merge("stranger", s, false)
-	if n.merges.Load() != 0 {
+	n.avg.merge("stranger", s, false)
+	if n.Merges() != 0 {
 		t.Fatal("a model that ruins the holdout loss was merged")
 	}
 	if got := n.TrustStats().Refused["loss_jump"]; got != 1 {
@@ -182,8 +190,8 @@ func TestTrustClampsClaimedProgress(t *testing.T) {
 	own := n.trainer.Stats().Progress
 	s := near(n, rand.New(rand.NewPCG(5, 6)), 0.01)
 	s.Progress = 1e15
-	n.merge("boaster", s, false)
-	if n.merges.Load() != 1 {
+	n.avg.merge("boaster", s, false)
+	if n.Merges() != 1 {
 		t.Fatalf("merge refused: %+v", n.TrustStats())
 	}
 	got := float64(n.trainer.Stats().Progress)
@@ -201,8 +209,8 @@ func TestTrustIgnoredPeerNotMerged(t *testing.T) {
 	if s := n.standing("shady"); s != reputation.Ignored {
 		t.Fatalf("standing %s after 3 outliers, want ignored", s)
 	}
-	n.merge("shady", near(n, rng, 0.01), false)
-	if n.merges.Load() != 0 || n.TrustStats().Refused["ignored"] != 1 {
+	n.avg.merge("shady", near(n, rng, 0.01), false)
+	if n.Merges() != 0 || n.TrustStats().Refused["ignored"] != 1 {
 		t.Fatalf("merged a model from an ignored peer: %+v", n.TrustStats())
 	}
 }
@@ -228,42 +236,15 @@ func TestTrustConfigValidate(t *testing.T) {
 	}
 }
 
-// TestTrustRefusesAnImplausibleClippedModel: where honest peers are spread
-// widely, a sign-flipped model is no outlier, only clipped; clipping alone
-// would let it pull us the wrong way a little every time. Its own holdout
-// loss gives it away.
-func TestTrustRefusesAnImplausibleClippedModel(t *testing.T) {
-	n := trustNode(t, nil)
-	own := n.trainer.Snapshot()
-	var ss float64
-	for _, x := range own.Params {
-		ss += float64(x) * float64(x)
-	}
-	w := math.Sqrt(ss)
-	// Recent honest merges 0.5 ||w|| away: -w (2 ||w|| away) lies beyond
-	// the radius (1 ||w||) and within the outlier bound (3 ||w||).
-	for range 64 {
-		n.trust.radius.Observe(0.5 * w)
-	}
-	flip := own
-	flip.Params = make([]float32, len(own.Params))
-	for i, x := range own.Params {
-		flip.Params[i] = -x
-	}
-	n.merge("flipper", flip, false)
-	if n.merges.Load() != 0 {
-		t.Fatalf("a sign-flipped model was merged (trust %+v)", n.TrustStats())
-	}
-	cnt := n.trust.book.Peer(peer.ID("flipper").String(), time.Now()).Counts
-	if cnt["loss_jump"] != 1 || cnt["outlier"] != 0 {
-		t.Fatalf("verdicts %v, want one loss_jump (refused as implausible, not as an outlier)", cnt)
-	}
-}
-
 func TestTrustCatchUpNeedsABetterModel(t *testing.T) {
 	n := trustNode(t, nil)
-	good := n.trainer.Snapshot()
-	if !n.vetCatchUp("ahead", good) {
+	vet := func(from peer.ID, s params.Snapshot) bool {
+		d := n.avg.core.DecideCatchUp(n.avg.input(from, &s))
+		n.avg.judged(from, d)
+		return d.Merge
+	}
+	good := n.trainer.SnapshotInto(nil)
+	if !vet("ahead", good) {
 		t.Fatal("a model as good as ours was refused for catch-up")
 	}
 	bad := good
@@ -272,11 +253,11 @@ func TestTrustCatchUpNeedsABetterModel(t *testing.T) {
 	for i := range bad.Params {
 		bad.Params[i] = float32(rng.NormFloat64() * 3)
 	}
-	if n.vetCatchUp("liar", bad) {
+	if vet("liar", bad) {
 		t.Fatal("a garbage model claiming to be far ahead would replace ours")
 	}
 	bad.Params[0] = float32(math.NaN())
-	if n.vetCatchUp("nan", bad) || n.trust.book.Peer(peer.ID("nan").String(), time.Now()).Counts["non_finite"] != 1 {
+	if vet("nan", bad) || n.trust.book.Peer(peer.ID("nan").String(), time.Now()).Counts["non_finite"] != 1 {
 		t.Fatal("a non-finite catch-up model was not refused and counted")
 	}
 }

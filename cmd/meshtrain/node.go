@@ -133,9 +133,11 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	cfg.Trust.Enabled, cfg.Trust.Holdout = *trust, *holdout
 	cfg.SyncTimeout = *syncTimeout
 	cfg.EvalEvery = *evalEvery
-	if *announce != d.Announce.Interval {
-		// The fresh window and the age limit follow the interval.
-		cfg.Announce.Interval, cfg.Announce.FreshWindow, cfg.Announce.MaxAge = *announce, 3**announce, 3**announce
+	cfg.Announce.Interval = *announce
+	if cfg.Announce.FreshWindow < 3**announce {
+		// A longer interval widens the fresh window and the age limit to
+		// three intervals; a shorter one leaves them.
+		cfg.Announce.FreshWindow, cfg.Announce.MaxAge = 3**announce, 3**announce
 	}
 	if snaps.Dir != "" {
 		if err := os.MkdirAll(snaps.Dir, 0o755); err != nil {

@@ -148,9 +148,8 @@ func runNode(ctx context.Context, e *env, f *runFlags, cfg node.Config, before f
 		}
 	}
 	if f.save != "" {
-		snap := res.Trainer.Snapshot()
-		meta := node.ModelMetadata(res.Trainer.Model().Spec(), cfg.Dataset, cfg.Train.Network, cfg.Train.Seed, snap)
-		if err := writeModel(f.save, res.Trainer.Model().Layout(), snap, meta); err != nil {
+		meta := node.ModelMetadata(res.Info.Model, res.Info.Dataset, res.Info.Network, res.Info.Seed, res.Snapshot)
+		if err := writeModel(f.save, res.Layout, res.Snapshot, meta); err != nil {
 			return failure(e, err)
 		}
 		if !f.jsonOut {

@@ -1,0 +1,65 @@
+package merge
+
+import "slices"
+
+// Candidate is a fresh peer in good standing that trains our model in our
+// mode, as its latest announcement describes it.
+type Candidate struct {
+	Peer     string
+	Progress float64
+}
+
+// Choice is what the averager does in one round.
+type Choice struct {
+	// Peer is the partner ("" when there is none: skip the round).
+	Peer string
+	// CatchUp: pull Peer's model whole instead of exchanging.
+	CatchUp bool
+}
+
+// ChoosePartner picks the round's partner among cands (ordered by peer,
+// as the announce table returns them), given our progress, the previous
+// partner, the catch-up threshold (0: never) and a source of random
+// indices (intn(k) in [0,k)):
+//
+//   - the most advanced peer, to pull its model, when it is more than the
+//     catch-up threshold ahead of us: a node that joins late or restarts far
+//     behind starts from the swarm's model instead of dragging everyone back
+//     with its own;
+//   - otherwise a uniformly random peer, not the previous one when there is
+//     a choice, so models mix across the whole swarm instead of ping-ponging
+//     in pairs. A peer far behind stays a candidate: the progress we know
+//     of it may be stale, and a peer we stop choosing is one we stop
+//     judging (a node that is starting over is spared outlier verdicts by
+//     the core instead; see startingOver).
+func ChoosePartner(cands []Candidate, own float64, last string, catchUp float64, intn func(int) int) Choice {
+	if len(cands) == 0 {
+		return Choice{}
+	}
+	best := cands[0]
+	for _, c := range cands[1:] {
+		if c.Progress > best.Progress {
+			best = c
+		}
+	}
+	if catchUp > 0 && best.Progress-own > catchUp {
+		return Choice{Peer: best.Peer, CatchUp: true}
+	}
+	pool := slices.Clone(cands)
+	if len(pool) > 1 {
+		for i, c := range pool {
+			if c.Peer == last {
+				pool = append(pool[:i], pool[i+1:]...)
+				break
+			}
+		}
+	}
+	return Choice{Peer: pool[intn(len(pool))].Peer}
+}
+
+// startingOver reports whether a peer at progress p is starting over
+// compared with our progress own (it just joined or restarted, and will
+// pull a model): more than catchUp behind and under half of own.
+func startingOver(p, own, catchUp float64) bool {
+	return catchUp > 0 && own-p > catchUp && p < own/2
+}

@@ -1,0 +1,134 @@
+package merge
+
+import (
+	"maps"
+	"slices"
+	"testing"
+)
+
+// counter is a deterministic intn: 0, 1, 2, ... mod k. It fails the test
+// when asked for an index in an empty range.
+func counter(t *testing.T) func(int) int {
+	n := 0
+	return func(k int) int {
+		if k < 1 {
+			t.Fatalf("intn(%d)", k)
+		}
+		i := n % k
+		n++
+		return i
+	}
+}
+
+// noDraw is an intn for choices that must not be random.
+func noDraw(t *testing.T) func(int) int {
+	return func(k int) int {
+		t.Errorf("intn(%d) called for a choice that is not random", k)
+		return 0
+	}
+}
+
+// draws returns how often each peer was chosen over n rounds with the
+// counter, failing on a catch-up or an empty choice.
+func draws(t *testing.T, cands []Candidate, own float64, last string, threshold float64, n int) map[string]int {
+	t.Helper()
+	intn := counter(t)
+	got := map[string]int{}
+	for range n {
+		c := ChoosePartner(cands, own, last, threshold, intn)
+		if c.CatchUp || c.Peer == "" {
+			t.Fatalf("got %+v, want an exchange partner", c)
+		}
+		got[c.Peer]++
+	}
+	return got
+}
+
+func TestChoosePartnerNone(t *testing.T) {
+	for _, cands := range [][]Candidate{nil, {}} {
+		if c := ChoosePartner(cands, 100, "a", 1000, noDraw(t)); c != (Choice{}) {
+			t.Errorf("no candidates: %+v, want none", c)
+		}
+	}
+}
+
+func TestChoosePartnerCatchUp(t *testing.T) {
+	tests := []struct {
+		name  string
+		cands []Candidate
+		own   float64
+		last  string
+		want  Choice
+	}{
+		{"the most advanced", []Candidate{{"a", 1500}, {"b", 9000}, {"c", 3000}}, 1000, "", Choice{Peer: "b", CatchUp: true}},
+		{"even the previous partner", []Candidate{{"a", 1500}, {"b", 9000}}, 1000, "b", Choice{Peer: "b", CatchUp: true}},
+		{"the only one", []Candidate{{"a", 2001}}, 1000, "", Choice{Peer: "a", CatchUp: true}},
+		{"ties: the first", []Candidate{{"a", 1500}, {"b", 9000}, {"c", 9000}}, 1000, "", Choice{Peer: "b", CatchUp: true}},
+		{"with peers far behind too", []Candidate{{"a", 0}, {"b", 30000}}, 10000, "", Choice{Peer: "b", CatchUp: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if c := ChoosePartner(tt.cands, tt.own, tt.last, 1000, noDraw(t)); c != tt.want {
+				t.Errorf("got %+v, want %+v", c, tt.want)
+			}
+		})
+	}
+	// Exactly the threshold ahead is not "more than": an exchange.
+	got := draws(t, []Candidate{{"a", 2000}, {"b", 1500}}, 1000, "", 1000, 10)
+	if got["a"] == 0 || got["b"] == 0 {
+		t.Errorf("at the threshold: chose %v, want exchanges with both", got)
+	}
+}
+
+func TestChoosePartnerRandom(t *testing.T) {
+	abcd := []Candidate{{"a", 1000}, {"b", 1200}, {"c", 900}, {"d", 1100}}
+	tests := []struct {
+		name      string
+		cands     []Candidate
+		own       float64
+		last      string
+		threshold float64
+		want      []string // every one chosen, and nothing else
+	}{
+		{"all, no previous", abcd, 1000, "", 1000, []string{"a", "b", "c", "d"}},
+		{"not the previous", abcd, 1000, "b", 1000, []string{"a", "c", "d"}},
+		{"previous not a candidate", abcd, 1000, "z", 1000, []string{"a", "b", "c", "d"}},
+		{"two: always the other", abcd[:2], 1000, "a", 1000, []string{"b"}},
+		{"only the previous", abcd[:1], 1000, "a", 1000, []string{"a"}},
+		// A peer far behind stays a candidate: what we know of its progress
+		// may be stale, and a peer never chosen is never judged.
+		{"far behind ones too", []Candidate{{"a", 0}, {"b", 9500}, {"c", 10200}, {"d", 8000}}, 10000, "", 2000,
+			[]string{"a", "b", "c", "d"}},
+		{"far behind and the previous", []Candidate{{"a", 0}, {"b", 9500}, {"c", 10200}}, 10000, "b", 1000,
+			[]string{"a", "c"}},
+		{"threshold 0: no catch-up, none left out", []Candidate{{"a", 0}, {"b", 1e12}, {"c", 5000}}, 5000, "", 0,
+			[]string{"a", "b", "c"}},
+		{"threshold 0, not the previous", []Candidate{{"a", 0}, {"b", 1e12}, {"c", 5000}}, 5000, "c", 0,
+			[]string{"a", "b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := slices.Clone(tt.cands)
+			got := draws(t, tt.cands, tt.own, tt.last, tt.threshold, 40*len(tt.cands))
+			if chosen := slices.Sorted(maps.Keys(got)); !slices.Equal(chosen, tt.want) {
+				t.Errorf("chose %v (%v), want each of %v", chosen, got, tt.want)
+			}
+			if !slices.Equal(tt.cands, before) {
+				t.Errorf("candidates changed: %v, was %v", tt.cands, before)
+			}
+		})
+	}
+}
+
+// TestChoosePartnerUniform: the draw is uniform over the pool (intn gets
+// its size and its index is used as is).
+func TestChoosePartnerUniform(t *testing.T) {
+	cands := []Candidate{{"a", 1}, {"b", 2}, {"c", 3}, {"d", 4}, {"e", 5}}
+	got := draws(t, cands, 3, "c", 1000, 400)
+	for _, p := range []string{"a", "b", "d", "e"} {
+		if got[p] != 100 {
+			t.Errorf("chose %v, want each of a, b, d, e 100 times", got)
+			break
+		}
+	}
+}

@@ -1,0 +1,264 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/meshtrain/meshtrain/averaging"
+	"github.com/meshtrain/meshtrain/gossip"
+	"github.com/meshtrain/meshtrain/merge"
+	"github.com/meshtrain/meshtrain/params"
+	"github.com/meshtrain/meshtrain/reputation"
+)
+
+// averager is gossip mode's side of a node: partner choice and every merge.
+// Its goroutine (run) owns the merge core, its scratch model and the
+// inbound queue; the counters are atomics, read by the status. It uses the
+// node's trainer (merges land through Trainer.Apply, between two steps),
+// gossip service and trust, which it does not own.
+type averager struct {
+	n       *Node
+	core    *merge.Core
+	buf     []float32 // scratch: our model at a decision
+	inbound chan inboundModel
+
+	merges, catchups, timeouts, failed, dropped atomic.Int64
+	last                                        atomic.Pointer[MergeInfo]
+
+	mu      sync.Mutex
+	perPeer map[peer.ID]int64 // merges per partner, both directions
+}
+
+type inboundModel struct {
+	from peer.ID
+	snap params.Snapshot
+}
+
+// MergeInfo describes the latest merge.
+type MergeInfo struct {
+	Partner   string    `json:"partner"`
+	Staleness float64   `json:"staleness"`
+	Weight    float64   `json:"weight"`
+	Inbound   bool      `json:"inbound"`
+	Time      time.Time `json:"time"`
+}
+
+func newAverager(n *Node, core *merge.Core) *averager {
+	return &averager{n: n, core: core, inbound: make(chan inboundModel, 4), perPeer: map[peer.ID]int64{}}
+}
+
+// receive is called by the gossip service with the initiator's model after
+// an inbound exchange; the averager merges it. A full queue drops it: the
+// initiator merged our model already, and the next exchange will come.
+func (a *averager) receive(p peer.ID, s params.Snapshot) {
+	select {
+	case a.inbound <- inboundModel{from: p, snap: s}:
+	default:
+		a.dropped.Add(1)
+	}
+}
+
+// run starts an exchange every AvgInterval (with jitter) and merges what
+// comes back, and merges the models peers send when they start one.
+func (a *averager) run(ctx context.Context, send func(Event)) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
+	next := func() time.Duration {
+		return time.Duration(float64(a.n.cfg.AvgInterval) * (0.8 + 0.4*rng.Float64()))
+	}
+	timer := time.NewTimer(next())
+	defer timer.Stop()
+	var last peer.ID
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case in := <-a.inbound:
+			a.merge(in.from, in.snap, true)
+		case <-timer.C:
+			last = a.round(ctx, rng, last, send)
+			timer.Reset(next())
+		}
+	}
+}
+
+// round runs one averaging round: catch up with a far-ahead peer, or
+// exchange with one partner and merge (merge.ChoosePartner decides). It
+// returns the partner.
+func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send func(Event)) peer.ID {
+	n := a.n
+	peers := n.partners()
+	cands := make([]merge.Candidate, len(peers))
+	for i, p := range peers {
+		cands[i] = merge.Candidate{Peer: p.Peer.String(), Progress: p.Progress}
+	}
+	c := merge.ChoosePartner(cands, float64(n.trainer.Stats().Progress), last.String(), n.cfg.CatchUp, rng.IntN)
+	if c.Peer == "" {
+		return last
+	}
+	p, err := peer.Decode(c.Peer)
+	if err != nil {
+		return last
+	}
+	if c.CatchUp {
+		a.catchUp(ctx, p, send)
+		return p
+	}
+	ectx, cancel := context.WithTimeout(ctx, n.cfg.ExchangeTimeout)
+	remote, err := n.svc.Exchange(ectx, p, n.outgoing(n.trainer.SnapshotInto(nil)))
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			a.exchangeFailed(p, err)
+		}
+		return p
+	}
+	a.merge(p, remote, false)
+	return p
+}
+
+func (a *averager) exchangeFailed(p peer.ID, err error) {
+	a.failed.Add(1)
+	if errors.Is(err, context.DeadlineExceeded) || gossip.ReasonOf(err) == gossip.ReasonTimeout {
+		a.timeouts.Add(1)
+	}
+	a.n.log.Debug("exchange failed", "peer", p, "err", err)
+}
+
+// catchUp replaces our model with the most advanced peer's: a node that
+// joins late or restarts far behind starts from the swarm's model instead
+// of dragging everyone back with its own.
+func (a *averager) catchUp(ctx context.Context, best peer.ID, send func(Event)) {
+	n := a.n
+	pctx, cancel := context.WithTimeout(ctx, n.cfg.ExchangeTimeout)
+	remote, err := n.svc.Pull(pctx, best)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			a.exchangeFailed(best, err)
+		}
+		return
+	}
+	d := a.core.DecideCatchUp(a.input(best, &remote))
+	a.judged(best, d)
+	if !d.Merge {
+		n.log.Warn("catch-up refused: the pulled model fails validation", "peer", best, "reason", d.Reason.String())
+		return
+	}
+	var before params.Progress
+	err = n.trainer.Apply(func(w, mom []float32, p *params.Progress) error {
+		before = *p
+		copy(w, remote.Params)
+		clear(mom) // the momentum belonged to the model we dropped
+		*p = remote.Progress
+		return nil
+	})
+	if err != nil {
+		n.log.Warn("catch-up failed", "peer", best, "err", err)
+		return
+	}
+	a.catchups.Add(1)
+	s := n.trainer.Stats()
+	send(Event{Event: "catchup", Step: s.Steps, Progress: float64(s.Progress),
+		Message: fmt.Sprintf("pulled the model of %s (progress %.0f, ours was %.0f)", best, float64(remote.Progress), float64(before))})
+}
+
+// input is what the merge core judges a remote model on: our model now,
+// the sender's standing, the time and our holdout.
+func (a *averager) input(from peer.ID, remote *params.Snapshot) merge.Input {
+	own := a.n.trainer.SnapshotInto(a.buf)
+	a.buf = own.Params
+	return merge.Input{Peer: from.String(), Standing: a.n.standing(from), Local: own, Remote: remote, Now: time.Now(),
+		Loss: a.n.trainer.HoldoutLoss}
+}
+
+// judged counts a decision and records a refusal's verdict about the
+// sender; a merge's verdict is recorded once the merge has landed.
+func (a *averager) judged(from peer.ID, d merge.Decision) {
+	t := a.n.trust
+	if t == nil {
+		return
+	}
+	radius, median := a.core.Radius()
+	t.count(d, radius, median)
+	if d.HasVerdict && !d.Merge {
+		a.n.verdict(from, d.Verdict)
+	}
+}
+
+// merge mixes a remote model into ours between two steps, as the merge
+// core decides: the weight is computed once, at the decision, and applied
+// to the live model.
+func (a *averager) merge(from peer.ID, remote params.Snapshot, inbound bool) {
+	n := a.n
+	d := a.core.Decide(a.input(from, &remote))
+	a.judged(from, d)
+	if !d.Merge {
+		return
+	}
+	err := n.trainer.Apply(func(w, mom []float32, p *params.Progress) error {
+		_, err := n.cfg.Merger.MergeAt(averaging.Local{Fingerprint: n.fp, Params: w, Momentum: mom, Progress: p,
+			Batch: n.cfg.Train.Batch}, remote, nil, d.Weight)
+		return err
+	})
+	if err != nil {
+		n.log.Warn("merge refused", "peer", from, "err", err)
+		return
+	}
+	a.core.Applied(from.String(), d)
+	if n.trust != nil && d.HasVerdict {
+		n.verdict(from, d.Verdict)
+	}
+	a.merges.Add(1)
+	a.mu.Lock()
+	a.perPeer[from]++
+	a.mu.Unlock()
+	a.last.Store(&MergeInfo{Partner: from.String(), Staleness: d.Staleness, Weight: d.Weight, Inbound: inbound, Time: time.Now()})
+}
+
+// peerMerges returns how many merges were made with each peer, in either
+// direction.
+func (a *averager) peerMerges() map[string]int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]int64, len(a.perPeer))
+	for p, c := range a.perPeer {
+		out[p.String()] = c
+	}
+	return out
+}
+
+// partners are the fresh peers announcing our fingerprint in a mode that
+// merges, in good standing.
+func (n *Node) partners() []gossip.PeerInfo {
+	var out []gossip.PeerInfo
+	for _, p := range n.ann.Fresh() {
+		if p.Peer != n.id && p.Fingerprint == n.fp && p.Mode == string(ModeGossip) && n.standing(p.Peer) == reputation.OK {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Merges counts the merges this node made, in either direction.
+func (n *Node) Merges() int64 {
+	if n.avg == nil {
+		return 0
+	}
+	return n.avg.merges.Load()
+}
+
+// PeerMerges returns how many merges this node made with each peer, in
+// either direction.
+func (n *Node) PeerMerges() map[string]int64 {
+	if n.avg == nil {
+		return map[string]int64{}
+	}
+	return n.avg.peerMerges()
+}

@@ -1,0 +1,16 @@
+package node
+
+import "github.com/meshtrain/meshtrain/params"
+
+// What the external tests (package node_test) reach inside a node. Test
+// builds only.
+
+// TrainerOf is n's trainer.
+func TrainerOf(n *Node) Trainer { return n.trainer }
+
+// Reinit replaces n's parameters with the built-in model's initialisation
+// drawn from seed, before n trains.
+func Reinit(n *Node, seed uint64) error {
+	g := n.trainer.(*goTrainer)
+	return g.t.Apply(func(w, _ []float32, _ *params.Progress) error { return g.t.Model().Init(w, seed) })
+}

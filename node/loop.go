@@ -1,0 +1,267 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/meshtrain/meshtrain/params"
+	"github.com/meshtrain/meshtrain/store"
+)
+
+// Run trains until the run ends, another stop condition holds or ctx ends,
+// then writes a final checkpoint and closes the node. emit is called one
+// event at a time.
+func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
+	defer n.Close()
+	var emitMu sync.Mutex
+	send := func(e Event) {
+		e.Elapsed = time.Since(n.started).Seconds()
+		emitMu.Lock()
+		defer emitMu.Unlock()
+		if emit != nil {
+			emit(e)
+		}
+	}
+	info := n.trainer.Info()
+	meta := map[string]string{
+		MetaModel: info.Model, MetaDataset: info.Dataset, MetaNetwork: info.Network,
+		MetaFingerprint: n.fp.String(), MetaSeed: strconv.FormatUint(info.Seed, 10),
+		MetaRun: RunSpec(n.runTotal, n.cfg.Train.Schedule),
+	}
+	ck := newCheckpointer(n.st, meta, n.log, send, func(info store.Info) { n.rep.lastCkpt.Store(&info) })
+	defer ck.close()
+	if n.st != nil && n.cfg.Fresh {
+		// A fresh run's first checkpoint supersedes the old run at once, so a
+		// crash before the next one cannot resume the run we meant to drop.
+		if err := ck.saveNow(context.WithoutCancel(ctx), n.checkpointState(), false); err != nil {
+			return nil, err
+		}
+	}
+	if n.host != nil {
+		send(Event{Event: "listening", PeerID: n.id.String(), Addrs: n.Addrs(), Fingerprint: n.fp.String(),
+			Message: fmt.Sprintf("peer %s, mode %s, profile %s, network %q", n.id, n.cfg.Mode, n.cfg.Host.Profile, n.cfg.Host.Network)})
+	}
+
+	runCtx, stopLoops := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	spawn := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(runCtx) }()
+	}
+	if n.ann != nil {
+		// The run clock listens while the node waits for a start file too,
+		// so training starts at the swarm's point of the run.
+		spawn(n.watcher)
+	}
+	stopAll := func() { stopLoops(); wg.Wait() }
+	defer stopAll()
+
+	n.awaitStart(ctx)
+	began := time.Now()
+	n.busyAtStart.Store(int64(n.trainer.Stats().Busy))
+	n.trainStart.Store(&began)
+
+	evals := make(chan evalRequest, 1)
+	spawn(func(ctx context.Context) { n.evaluator(ctx, evals, send) })
+	spawn(n.historian)
+	spawn(n.snapshotter)
+	if n.host != nil && n.cfg.Mode == ModeGossip {
+		spawn(func(ctx context.Context) { n.avg.run(ctx, send) })
+	}
+
+	l := &trainLoop{n: n, ck: ck, evals: evals, send: send, began: began}
+	reason, err := l.run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stopAll()
+	return n.finish(ctx, ck, reason, l.lossEMA, info, send)
+}
+
+// checkpointState is the trainer's state and the run clock, between two
+// steps.
+func (n *Node) checkpointState() checkpointState {
+	s := n.trainer.State()
+	return checkpointState{TrainerState: s, clock: n.runPosition(time.Now(), float64(s.Samples))}
+}
+
+// trainLoop is the trainer loop's state: Run's goroutine owns it, and it
+// is the only caller of Trainer.Step. It never touches the network or the
+// disk: sync mode's round is the one wait on the network, by design.
+type trainLoop struct {
+	n     *Node
+	ck    *checkpointer
+	evals chan<- evalRequest
+	send  func(Event)
+	began time.Time
+
+	own        float64 // our samples in the run
+	startClock float64
+	startSteps int64
+	startSamp  int64
+	lossEMA    float64
+	steps      int
+
+	lastReport, lastCkpt, lastEval time.Time
+}
+
+// run steps until a stop condition holds and returns why (a Stop constant).
+func (l *trainLoop) run(ctx context.Context) (string, error) {
+	n, t := l.n, l.n.trainer
+	s0 := t.Stats()
+	l.own, l.startSteps, l.startSamp = float64(s0.Samples), s0.Steps, s0.Samples
+	l.startClock = n.runPosition(l.began, l.own)
+	l.lastReport, l.lastCkpt, l.lastEval = l.began, l.began, l.began
+	for {
+		clock := n.runPosition(time.Now(), l.own)
+		if reason := l.stop(clock); reason != "" {
+			return reason, nil
+		}
+		t.SetClock(clock)
+		stats, err := t.Step(ctx)
+		if ctx.Err() != nil {
+			return StopInterrupted, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		l.own += float64(stats.Batch)
+		setF64(&n.rep.lastLR, stats.LR)
+		if n.sync != nil {
+			// Sync mode: the group's average replaces our step's result
+			// before the next step; all of it is the trainer waiting on
+			// the network.
+			waited := time.Now()
+			err := n.sync.step(ctx)
+			n.networkWait.Add(int64(time.Since(waited)))
+			if err != nil {
+				return StopInterrupted, nil
+			}
+		}
+		// Yield between steps: with --threads 1 the trainer would otherwise
+		// hold the only P until preempted, and every network round trip of
+		// an exchange would wait for that (about 10 ms each). A step that
+		// slept (--slowdown) has already left the P to them; yielding again
+		// would idle the trainer behind their work.
+		if stats.Busy <= stats.Compute {
+			runtime.Gosched()
+		}
+		l.after(stats)
+	}
+}
+
+// stop is why the run ends at this clock ("" while it goes on).
+func (l *trainLoop) stop(clock float64) string {
+	n := l.n
+	switch {
+	case n.runTotal > 0 && clock >= n.runTotal:
+		return StopRunComplete
+	case n.rep.reached.Load() != nil:
+		return StopAccuracy
+	case n.cfg.MaxSteps > 0 && n.trainer.Stats().Steps >= n.cfg.MaxSteps:
+		return StopMaxSteps
+	case n.cfg.Duration > 0 && time.Since(n.started) >= n.cfg.Duration:
+		return StopDuration
+	}
+	return ""
+}
+
+// after does a step's bookkeeping: the loss average, and a checkpoint,
+// an evaluation and a progress report when each is due. None of them
+// waits: each hands its work to its own goroutine or drops it.
+func (l *trainLoop) after(stats StepResult) {
+	n, t := l.n, l.n.trainer
+	if l.steps++; l.steps == 1 {
+		l.lossEMA = stats.Loss
+	} else {
+		l.lossEMA = 0.98*l.lossEMA + 0.02*stats.Loss
+	}
+	setF64(&n.rep.lastLoss, l.lossEMA)
+	now := time.Now()
+	if n.cfg.CheckpointEvery > 0 && now.Sub(l.lastCkpt) >= n.cfg.CheckpointEvery {
+		l.ck.offer(n.checkpointState())
+		l.lastCkpt = now
+	}
+	if !n.snaps.NoEval && (stats.EpochEnd || (n.cfg.EvalEvery > 0 && now.Sub(l.lastEval) >= n.cfg.EvalEvery)) {
+		// Offer the evaluator a snapshot; if it is still busy with the
+		// previous one, skip this one rather than wait.
+		kind := "eval"
+		if stats.EpochEnd {
+			kind = "epoch"
+		}
+		select {
+		case l.evals <- evalRequest{kind: kind, snap: t.SnapshotInto(nil), epoch: t.Stats().Epoch}:
+			l.lastEval = now
+		default:
+		}
+	}
+	if now.Sub(l.lastReport) >= n.cfg.ReportEvery {
+		l.report(now, stats.LR)
+		l.lastReport = now
+	}
+}
+
+// report sends a progress event and records a history point.
+func (l *trainLoop) report(now time.Time, lr float64) {
+	n := l.n
+	s := n.trainer.Stats()
+	clock := n.runPosition(now, l.own)
+	e := Event{Event: "progress", Step: s.Steps, Epoch: s.Epoch, Progress: float64(s.Progress), Loss: l.lossEMA,
+		Merges: n.Merges(), LR: lr, RunSamples: clock, RunTotal: n.runTotal}
+	if n.ann != nil {
+		e.Peers = len(n.partners())
+	}
+	if el := now.Sub(l.began).Seconds(); el > 0 {
+		e.SamplesPerSec = float64(s.Samples-l.startSamp) / el
+		if rate := (clock - l.startClock) / el; n.runTotal > clock && rate > 0 {
+			e.ETA = (n.runTotal - clock) / rate
+		}
+	}
+	l.send(e)
+	n.rep.record(store.Point{Time: now, Step: s.Steps, Progress: s.Progress, Loss: l.lossEMA,
+		Accuracy: f64(&n.rep.lastAcc), SamplesPerSec: s.SamplesPerSec})
+}
+
+// finish ends a run after the loops stopped: the model that reached
+// --until-accuracy if that is why, the final evaluation, the final
+// checkpoint (marked final unless interrupted, so a stopped node resumes)
+// and the final event.
+func (n *Node) finish(ctx context.Context, ck *checkpointer, reason string, lossEMA float64, info TrainerInfo,
+	send func(Event)) (*Result, error) {
+	t := n.trainer
+	res := &Result{Finished: reason != StopInterrupted, StopReason: reason, Info: info}
+	if snap := n.rep.reached.Load(); snap != nil {
+		// Steps and merges after the snapshot that reached the target may
+		// have drifted below it; the run ends with the model that reached
+		// it, so the final event, checkpoint and --save agree with the
+		// reason the run stopped.
+		if err := t.Apply(func(w, _ []float32, p *params.Progress) error {
+			copy(w, snap.Params)
+			*p = snap.Progress
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	res.Snapshot, res.Layout = t.SnapshotInto(nil), t.Layout()
+	r, err := t.Test(res.Snapshot.Params)
+	if err != nil {
+		return nil, err
+	}
+	res.TestAccuracy = r.Accuracy
+	if err := ck.saveNow(context.WithoutCancel(ctx), n.checkpointState(), res.Finished); err != nil {
+		return nil, err
+	}
+	s := t.Stats()
+	setF64(&n.rep.lastAcc, r.Accuracy)
+	status := n.Status()
+	send(Event{Event: "final", Step: s.Steps, Epoch: s.Epoch, Progress: float64(s.Progress), Loss: lossEMA,
+		TestAccuracy: &r.Accuracy, TestLoss: r.Loss, SamplesPerSec: s.SamplesPerSec, Fingerprint: n.fp.String(),
+		Merges: n.Merges(), RunSamples: status.Run.Samples, RunTotal: n.runTotal, Status: &status,
+		Message: stopMessage(reason, status.Run, n.st != nil)})
+	return res, nil
+}
