@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/params"
+	"github.com/meshtrain/meshtrain/train"
 )
 
 func TestParseAdversary(t *testing.T) {
@@ -254,7 +255,7 @@ func TestReplay(t *testing.T) {
 func hostileConfig(network string) Config {
 	c := DefaultConfig()
 	c.Trust.Enabled = false
-	c.Dataset = DatasetSynthetic
+	c.Dataset = train.DatasetSynthetic
 	c.Train.Model = "softmax"
 	c.Train.Batch = 16
 	c.Epochs = 0

@@ -142,7 +142,7 @@ func DefaultConfig() Config {
 	ac.Interval = DefaultAnnounceInterval
 	return Config{
 		Train:           tc,
-		Dataset:         DatasetMNIST,
+		Dataset:         train.DatasetMNIST,
 		Mode:            ModeGossip,
 		Host:            HostConfig{Profile: ProfileLocal, Network: "main"},
 		Exchange:        ex,
@@ -217,7 +217,7 @@ func (c Config) Validate() error {
 	if !(c.Epochs >= 0 && c.Epochs <= 1e6) {
 		bad("epochs %v not in [0,1000000]", c.Epochs)
 	}
-	if _, _, err := Shape(c.Dataset); err != nil {
+	if _, _, err := train.Shape(c.Dataset); err != nil {
 		bad("dataset %q: want mnist or synthetic", c.Dataset)
 	}
 	if !c.Offline {

@@ -45,7 +45,7 @@ var _ node.Trainer = (*fakeTrainer)(nil)
 
 func newFakeTrainer(t *testing.T, cfg node.Config) *fakeTrainer {
 	t.Helper()
-	data, test, err := node.LoadData(cfg.Dataset, "", cfg.Train.Seed)
+	data, test, err := train.LoadData(cfg.Dataset, "", cfg.Train.Seed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ var _ Trainer = (*goTrainer)(nil)
 // run clock). holdout samples of the trainer's own shard are kept aside for
 // HoldoutLoss (0: none).
 func newGoTrainer(cfg Config, holdout int, log *slog.Logger) (*goTrainer, float64, error) {
-	trainSet, testSet, err := LoadData(cfg.Dataset, cfg.DataPath, cfg.Train.Seed)
+	trainSet, testSet, err := train.LoadData(cfg.Dataset, cfg.DataPath, cfg.Train.Seed)
 	if err != nil {
 		return nil, 0, err
 	}

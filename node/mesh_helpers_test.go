@@ -14,6 +14,7 @@ import (
 	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/store"
+	"github.com/meshtrain/meshtrain/train"
 )
 
 // meshConfig is a gossip node on the local profile training softmax
@@ -29,7 +30,7 @@ import (
 // deadlines are generous for the same reason: the machine is shared.
 func meshConfig(network string) node.Config {
 	c := node.DefaultConfig()
-	c.Dataset = node.DatasetSynthetic
+	c.Dataset = train.DatasetSynthetic
 	c.Train.Model = "softmax"
 	c.Train.Batch = 16
 	c.Epochs = 0

@@ -11,13 +11,14 @@ import (
 
 	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/params"
+	"github.com/meshtrain/meshtrain/train"
 )
 
 // offlineConfig trains a small MLP on the synthetic set with no network.
 func offlineConfig() node.Config {
 	c := node.DefaultConfig()
 	c.Offline = true
-	c.Dataset = node.DatasetSynthetic
+	c.Dataset = train.DatasetSynthetic
 	c.Train.Model = "mlp:16"
 	c.Train.Batch = 16
 	c.Epochs = 0
@@ -101,7 +102,7 @@ func TestSnapshotsWaitForStartFileAndRecordCounters(t *testing.T) {
 		if len(v) != node.TrainerOf(n).Layout().Size() {
 			t.Errorf("%s: %d params, want %d", f, len(v), node.TrainerOf(n).Layout().Size())
 		}
-		if meta[node.MetaModel] != "mlp:16" || meta[node.MetaDataset] != node.DatasetSynthetic || meta[node.MetaSlowdown] != "2" ||
+		if meta[node.MetaModel] != "mlp:16" || meta[node.MetaDataset] != train.DatasetSynthetic || meta[node.MetaSlowdown] != "2" ||
 			meta[node.MetaShard] != "all" || meta[node.MetaPeerID] != "" {
 			t.Errorf("%s: metadata %v", f, meta)
 		}

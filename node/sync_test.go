@@ -109,7 +109,7 @@ const syncBase = 25 * time.Millisecond
 func syncConfig(network string, slowdown float64) Config {
 	c := DefaultConfig()
 	c.Mode = ModeSync
-	c.Dataset = DatasetSynthetic
+	c.Dataset = train.DatasetSynthetic
 	c.Train.Model = "mlp:32"
 	c.Train.Batch = 16
 	c.Epochs = 0

@@ -14,6 +14,7 @@ import (
 	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/reputation"
 	"github.com/meshtrain/meshtrain/store"
+	"github.com/meshtrain/meshtrain/train"
 )
 
 // trustNode is an offline node with the defences armed, trained a little,
@@ -21,7 +22,7 @@ import (
 func trustNode(t *testing.T, st store.Store) *Node {
 	t.Helper()
 	cfg := DefaultConfig()
-	cfg.Dataset = DatasetSynthetic
+	cfg.Dataset = train.DatasetSynthetic
 	cfg.Train.Model = "softmax"
 	cfg.Train.Batch = 16
 	cfg.Epochs = 0

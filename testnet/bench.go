@@ -200,7 +200,7 @@ func (c BenchConfig) Validate() error {
 	if c.TuneSeed >= 1 && c.TuneSeed <= uint64(max(c.Seeds, 0)) {
 		bad("tune seed %d is one of the report seeds 1..%d", c.TuneSeed, c.Seeds)
 	}
-	if _, _, err := node.Shape(c.Dataset); err != nil || c.Dataset == "" {
+	if _, _, err := train.Shape(c.Dataset); err != nil || c.Dataset == "" {
 		bad("dataset %q: want mnist or synthetic", c.Dataset)
 	}
 	if !(c.NonIID >= 0) || math.IsInf(c.NonIID, 0) {
@@ -558,7 +558,7 @@ func runBench(ctx context.Context, cfg BenchConfig, swarm func(*bench, context.C
 	res := &Results{Schema: ResultsSchema, Command: cfg.Command, Started: b.started.UTC(), Machine: machineInfo(),
 		LR: map[string]float64{}, Schedule: map[string]string{}, Epochs: map[string]float64{}}
 	res.Settings = settings(cfg)
-	trainSet, _, err := node.LoadData(cfg.Dataset, cfg.DataPath, cfg.TuneSeed)
+	trainSet, _, err := train.LoadData(cfg.Dataset, cfg.DataPath, cfg.TuneSeed)
 	if err != nil {
 		return nil, err
 	}
@@ -1041,13 +1041,13 @@ func (b *bench) swarm(ctx context.Context, j job) (Run, error) {
 // testSet loads (once per seed; MNIST's does not depend on it) the test
 // split the snapshots are scored on.
 func (b *bench) testSet(seed uint64) (*train.Dataset, error) {
-	if b.cfg.Dataset == node.DatasetMNIST {
+	if b.cfg.Dataset == train.DatasetMNIST {
 		seed = 0
 	}
 	if d, ok := b.test[seed]; ok {
 		return d, nil
 	}
-	_, test, err := node.LoadData(b.cfg.Dataset, b.cfg.DataPath, seed)
+	_, test, err := train.LoadData(b.cfg.Dataset, b.cfg.DataPath, seed)
 	if err != nil {
 		return nil, err
 	}
@@ -1071,7 +1071,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // warm-up. Run it on a quiet machine: it is the unit every slowdown
 // multiplies.
 func CalibrateBaseStep(dataset, dataPath, model string, batch int) (time.Duration, error) {
-	trainSet, _, err := node.LoadData(dataset, dataPath, 1)
+	trainSet, _, err := train.LoadData(dataset, dataPath, 1)
 	if err != nil {
 		return 0, err
 	}

@@ -509,7 +509,7 @@ func writeSnap(t *testing.T, dir, peer string, seq int, at time.Time, model *tra
 }
 
 func TestScoreSnapshotsBuildsTracesInOrder(t *testing.T) {
-	_, test, err := node.LoadData(node.DatasetSynthetic, "", 3)
+	_, test, err := train.LoadData(train.DatasetSynthetic, "", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +519,7 @@ func TestScoreSnapshotsBuildsTracesInOrder(t *testing.T) {
 	}
 	// Two models: zeros (every class tied) and a trained one.
 	zero := make([]float32, model.Size())
-	trainSet, _, _ := node.LoadData(node.DatasetSynthetic, "", 3)
+	trainSet, _, _ := train.LoadData(train.DatasetSynthetic, "", 3)
 	tc := train.DefaultConfig()
 	tc.Model, tc.Batch, tc.Epochs, tc.Schedule, tc.Seed = "softmax", 16, 3, "const", 3
 	tr, err := train.New(tc, trainSet)
@@ -832,7 +832,7 @@ func (f *fakeSwarm) swarm(b *bench, _ context.Context, j job) (Run, error) {
 func fakeBenchConfig() BenchConfig {
 	c := DefaultBenchConfig()
 	c.Binary, c.Out, c.BaseStep, c.Nodes, c.Slowdowns, c.Seeds = "meshtrain", "unused", 2*time.Millisecond, 2, []float64{2, 4}, 1
-	c.Dataset = node.DatasetSynthetic // 2000 training samples, loaded in no time
+	c.Dataset = train.DatasetSynthetic // 2000 training samples, loaded in no time
 	return c
 }
 

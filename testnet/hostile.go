@@ -102,7 +102,7 @@ func DefaultHostileConfig() HostileConfig {
 		Attackers:   1,
 		Duration:    60 * time.Second,
 		Baseline:    true,
-		Dataset:     node.DatasetMNIST,
+		Dataset:     train.DatasetMNIST,
 		Model:       train.DefaultConfig().Model,
 		AvgInterval: 250 * time.Millisecond,
 		Threads:     1,
@@ -145,7 +145,7 @@ func (c HostileConfig) Validate() error {
 	if c.Duration < time.Second || c.Duration > 24*time.Hour {
 		bad("duration %v not in [1s,24h]", c.Duration)
 	}
-	if _, _, err := node.Shape(c.Dataset); err != nil || c.Dataset == "" {
+	if _, _, err := train.Shape(c.Dataset); err != nil || c.Dataset == "" {
 		bad("dataset %q: want mnist or synthetic", c.Dataset)
 	}
 	tc := train.DefaultConfig()

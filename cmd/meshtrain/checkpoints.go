@@ -13,6 +13,7 @@ import (
 	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/store"
+	"github.com/meshtrain/meshtrain/train"
 )
 
 func runCheckpoints(ctx context.Context, e *env, args []string) int {
@@ -138,7 +139,7 @@ func pickCheckpoint(ctx context.Context, st store.Store, id uint64, skipped func
 
 // layoutOf rebuilds the parameter layout from the model spec in the metadata.
 func layoutOf(cp *store.Checkpoint) (params.Layout, error) {
-	return node.LayoutFor(cp.Meta[node.MetaModel], cp.Meta[node.MetaDataset], len(cp.Params))
+	return train.LayoutFor(cp.Meta[node.MetaModel], cp.Meta[node.MetaDataset], len(cp.Params))
 }
 
 func humanBytes(n int64) string {

@@ -46,12 +46,12 @@ func runEval(_ context.Context, e *env, args []string) int {
 	}
 	dataset := meta[node.MetaDataset]
 	if dataset == "" {
-		dataset = node.DatasetMNIST
+		dataset = train.DatasetMNIST
 	}
 	if s, err := strconv.ParseUint(meta[node.MetaSeed], 10, 64); err == nil {
 		*seed = s
 	}
-	_, test, err := node.LoadData(dataset, *dataPath, *seed)
+	_, test, err := train.LoadData(dataset, *dataPath, *seed)
 	if err != nil {
 		return failure(e, err)
 	}

@@ -34,7 +34,7 @@ type trainFlags struct {
 func (f *trainFlags) register(fs *flag.FlagSet, c node.Config) {
 	d := c.Train
 	f.cfg = d
-	fs.StringVar(&f.dataset, "dataset", node.DatasetMNIST, "dataset: mnist or synthetic")
+	fs.StringVar(&f.dataset, "dataset", train.DatasetMNIST, "dataset: mnist or synthetic")
 	fs.StringVar(&f.dataPath, "data", "", "folder of MNIST IDX files (default: the copy built into the binary)")
 	fs.StringVar(&f.cfg.Model, "model", d.Model, "model: softmax or mlp:H1,H2,...")
 	fs.IntVar(&f.cfg.Batch, "batch", d.Batch, "samples per step")

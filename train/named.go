@@ -1,10 +1,9 @@
-package node
+package train
 
 import (
 	"fmt"
 
 	"github.com/meshtrain/meshtrain/params"
-	"github.com/meshtrain/meshtrain/train"
 )
 
 // Datasets the node knows by name.
@@ -20,15 +19,15 @@ const syntheticTest = 1000
 // LoadData returns the training and test sets of a named dataset. For MNIST,
 // dir == "" reads the copy embedded in the binary and any other value names a
 // folder of IDX files. The synthetic set is generated from seed.
-func LoadData(name, dir string, seed uint64) (trainSet, testSet *train.Dataset, err error) {
+func LoadData(name, dir string, seed uint64) (trainSet, testSet *Dataset, err error) {
 	switch name {
 	case DatasetMNIST:
-		return train.LoadMNIST(dir)
+		return LoadMNIST(dir)
 	case DatasetSynthetic:
-		c := train.DefaultSynthetic()
+		c := DefaultSynthetic()
 		c.Seed = seed
 		c.N += syntheticTest
-		all, err := train.Synthetic(c)
+		all, err := Synthetic(c)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -47,7 +46,7 @@ func LoadData(name, dir string, seed uint64) (trainSet, testSet *train.Dataset, 
 		}
 		return trainSet, testSet, nil
 	}
-	return nil, nil, fmt.Errorf("node: unknown dataset %q (want %s or %s)", name, DatasetMNIST, DatasetSynthetic)
+	return nil, nil, fmt.Errorf("train: unknown dataset %q (want %s or %s)", name, DatasetMNIST, DatasetSynthetic)
 }
 
 // Shape returns the feature count and classes of a named dataset without
@@ -55,12 +54,12 @@ func LoadData(name, dir string, seed uint64) (trainSet, testSet *train.Dataset, 
 func Shape(dataset string) (dim, classes int, err error) {
 	switch dataset {
 	case DatasetMNIST, "":
-		return train.MNISTDim, train.MNISTClasses, nil
+		return MNISTDim, MNISTClasses, nil
 	case DatasetSynthetic:
-		c := train.DefaultSynthetic()
+		c := DefaultSynthetic()
 		return c.Dim, c.Classes, nil
 	}
-	return 0, 0, fmt.Errorf("node: unknown dataset %q", dataset)
+	return 0, 0, fmt.Errorf("train: unknown dataset %q", dataset)
 }
 
 // LayoutFor rebuilds the parameter layout of a model spec on a dataset and
@@ -70,12 +69,12 @@ func LayoutFor(model, dataset string, n int) (params.Layout, error) {
 	if err != nil {
 		return params.Layout{}, err
 	}
-	m, err := train.ParseModel(model, dim, classes)
+	m, err := ParseModel(model, dim, classes)
 	if err != nil {
 		return params.Layout{}, err
 	}
 	if n >= 0 && m.Size() != n {
-		return params.Layout{}, fmt.Errorf("node: model %s on %s has %d parameters, the data holds %d", model, dataset, m.Size(), n)
+		return params.Layout{}, fmt.Errorf("train: model %s on %s has %d parameters, the data holds %d", model, dataset, m.Size(), n)
 	}
 	return m.Layout(), nil
 }
