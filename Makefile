@@ -1,17 +1,25 @@
 # meshtrain build, test and check targets. `make test` is what CI runs.
 GO          ?= go
 BIN         ?= bin/meshtrain
+HOOKS_BIN   ?= bin/meshtrain-testhooks
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X github.com/meshtrain/meshtrain/node.version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 10s
 FUZZLONG    ?= 1m
 FUZZFLAGS   ?=
+# The packages with files of their own for the testhooks build, found by
+# grep so that a new one is never left out of test-unit.
+HOOKS_PKGS   = $(sort $(dir $(shell grep -rl --include='*.go' --exclude-dir=testdata --exclude-dir=.git '^//go:build.*testhooks' .)))
+# The tests of the testhooks build: those in its own test files. The rest
+# run once, on the release build.
+HOOKS_TESTS  = $(shell grep -rl --include='*_test.go' --exclude-dir=.git '^//go:build.*testhooks' . | \
+	xargs grep -ho '^func \(Test\|Fuzz\)[A-Za-z0-9_]*' | sed 's/^func //' | sort -u | paste -sd'|')
 
 COMPOSE     ?= docker-compose
 COMPOSE_FILE := testnet/docker-compose.yml
 
-.PHONY: all build image testnet testnet-down test test-unit test-e2e check fmt vet tidy staticcheck bench fuzz fuzz-short clean
+.PHONY: all build build-testhooks image testnet testnet-down test test-unit test-e2e check fmt vet tidy staticcheck bench fuzz fuzz-short clean
 
 all: build
 
@@ -19,6 +27,14 @@ all: build
 # FROM scratch image (MNIST is embedded).
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/meshtrain
+
+# The test binary: the release binary plus the test hooks behind the
+# testhooks build tag (store crash points, adversary modes, frame tampering)
+# for the crash-recovery and hostile-swarm tests and `testnet attack`.
+# Never ship it: the release binary has none of them, so nothing in a
+# volunteer's environment can make it kill itself or attack its peers.
+build-testhooks:
+	CGO_ENABLED=0 $(GO) build -trimpath -tags testhooks -ldflags '$(LDFLAGS)' -o $(HOOKS_BIN) ./cmd/meshtrain
 
 # The node image: FROM scratch around the static binary (no registry needed).
 image: build
@@ -36,15 +52,19 @@ testnet-down:
 	$(COMPOSE) -f $(COMPOSE_FILE) -p meshtrain down -v
 
 # Tier 1: every package's unit tests under the race detector (synthetic data,
-# seconds). Tier 2: end-to-end runs of the real binary on MNIST, without -race,
-# all sharing the one binary that `build` made.
+# seconds), as released, then the tests of the testhooks build's own files
+# (HOOKS_TESTS in HOOKS_PKGS). Tier 2: end-to-end runs of the
+# real binaries on MNIST, without -race, sharing the release binary that
+# `build` made and the test binary of `build-testhooks`.
 test: test-unit test-e2e
 
 test-unit:
 	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -tags testhooks -run '^($(HOOKS_TESTS))$$' $(HOOKS_PKGS)
 
-test-e2e: build
-	MESHTRAIN_BIN=$(abspath $(BIN)) $(GO) test -tags e2e -count=1 -timeout 30m ./cmd/meshtrain/
+test-e2e: build build-testhooks
+	MESHTRAIN_BIN=$(abspath $(BIN)) MESHTRAIN_TESTHOOKS_BIN=$(abspath $(HOOKS_BIN)) \
+		$(GO) test -tags e2e -count=1 -timeout 30m ./cmd/meshtrain/
 
 check: fmt vet tidy staticcheck
 
@@ -53,6 +73,7 @@ fmt:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags testhooks ./...
 	$(GO) vet -tags e2e ./cmd/meshtrain/
 
 tidy:
@@ -60,6 +81,7 @@ tidy:
 
 staticcheck:
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -tags testhooks ./...
 	$(GO) run $(STATICCHECK) -tags e2e ./cmd/meshtrain/
 
 # Benchmarks: one core, as the numbers in docs are quoted.

@@ -1,3 +1,5 @@
+//go:build testhooks
+
 package gossip
 
 import (
@@ -10,8 +12,10 @@ import (
 )
 
 // Frame tampering, for test nodes that play a hostile peer (node.Adversary)
-// and for nothing else: an honest service leaves Config.Tamper nil and pays
-// one nil check per encoded frame.
+// and for nothing else. It exists in the testhooks build only (make
+// build-testhooks): a release binary cannot be made to send tampered
+// frames (adversary_release.go). An honest service of the testhooks build
+// leaves Config.Tamper nil and pays one nil check per encoded frame.
 //
 // The encoder refuses what a broken or hostile peer would send (NaN, Inf),
 // so the attacks that must reach the wire as such are applied to the
@@ -19,6 +23,28 @@ import (
 // recomputes the header's element count and checksum from the payload.
 // The receiver thus refuses the frame for what it carries ("non_finite",
 // "size_mismatch"), never for a checksum that does not add up.
+
+// testHooks are the Config fields of the testhooks build.
+type testHooks struct {
+	// Tamper, if set, rewrites every frame we send after it is encoded:
+	// it gets a copy (never the snapshot's memory), and the service then
+	// sets the header's element count and checksum from the payload, so a
+	// receiver refuses the frame for what it carries. Only test nodes that
+	// play a hostile peer set it; see NaNTamper and ResizeTamper.
+	Tamper func(*Frame)
+}
+
+// hostile reports whether the service plays a hostile peer: it then serves
+// a frame whatever size the requester expects, and reads the honest size.
+func (s *Service) hostile() bool { return s.cfg.Tamper != nil }
+
+// rewrite is f as the service sends it: tampered, if Tamper is set.
+func (s *Service) rewrite(f *Frame) *Frame {
+	if s.cfg.Tamper == nil {
+		return f
+	}
+	return tamper(f, s.cfg.Tamper)
+}
 
 // tamper applies fn to a copy of f and reseals the copy. f, whose fp32
 // payload may be the snapshot's own memory, is never written.

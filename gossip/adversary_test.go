@@ -1,8 +1,9 @@
+//go:build testhooks
+
 package gossip
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -154,19 +155,6 @@ func heldFor(s *Service, p peer.ID) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.activeBy[p]
-}
-
-// slowLimiter lets every upload piece wait d, so a sender is still writing
-// a frame when the receiver has read its header.
-type slowLimiter struct{ d time.Duration }
-
-func (l slowLimiter) WaitN(ctx context.Context, _ int) error {
-	select {
-	case <-time.After(l.d):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // TestHostileFramesOverLoopback has a tampering service and an honest one

@@ -1,3 +1,5 @@
+//go:build testhooks
+
 package node
 
 import (
@@ -21,9 +23,12 @@ import (
 // plausible partner and announces honest-looking progress; what it sends
 // is attacked. It never touches its own trainer's model.
 //
-// A node turns hostile only when the kind is set AND the environment holds
-// UnlockAdversaryEnv=UnlockAdversaryValue: a settings file, a variable
-// meant for another flag or a stray --adversary cannot do it alone.
+// All of it exists in the testhooks build only (make build-testhooks): a
+// release binary has no adversary settings at all (adversary_release.go).
+// Even there, a node turns hostile only when the kind is set AND the
+// environment holds UnlockAdversaryEnv=UnlockAdversaryValue: a settings
+// file, a variable meant for another flag or a stray --adversary cannot do
+// it alone.
 
 // Adversary kinds.
 const (
@@ -191,6 +196,35 @@ func (lockedError) Error() string {
 
 func (lockedError) Unwrap() []error { return []error{ErrBadConfig, ErrAdversaryLocked} }
 
+// testHooks are the Config fields of the testhooks build.
+type testHooks struct {
+	// Adversary makes this a hostile test node (gossip mode only, and only
+	// with the unlock variable in the environment). The zero value is an
+	// honest node.
+	Adversary Adversary
+}
+
+// validateHooks checks the adversary settings, for Config.Validate.
+func (c Config) validateHooks() []error {
+	if c.Adversary.Kind == "" {
+		return nil
+	}
+	var errs []error
+	if err := c.Adversary.Validate(); err != nil {
+		errs = append(errs, err) // wraps ErrBadConfig itself
+	}
+	if c.Offline || c.Mode != ModeGossip {
+		errs = append(errs, fmt.Errorf("%w: adversary %s: only a node in gossip mode can attack its peers",
+			ErrBadConfig, c.Adversary.Kind))
+	}
+	return errs
+}
+
+// nodeHooks is the Node's state of the testhooks build.
+type nodeHooks struct {
+	adv *attacker // nil unless cfg.Adversary makes this a hostile test node
+}
+
 // attacker is a hostile node's state. Every method is safe for concurrent
 // use: the gossip service serves snapshots from several goroutines while
 // the averager starts its own exchanges.
@@ -217,10 +251,10 @@ func newAttacker(a Adversary, seed uint64, now func() time.Time) *attacker {
 // outgoing is what the node sends in place of s: s itself on an honest
 // node, an attacked copy on a hostile one. s is never written.
 func (n *Node) outgoing(s params.Snapshot) params.Snapshot {
-	if n.adv == nil {
+	if n.hooks.adv == nil {
 		return s
 	}
-	return n.adv.attack(s)
+	return n.hooks.adv.attack(s)
 }
 
 // attack returns the snapshot to send instead of s, in new memory for the
@@ -298,16 +332,16 @@ func replayed(captured *[]float32, src []float32, due bool) []float32 {
 	return *captured
 }
 
-// armAdversary makes the node hostile if its config says so: it shouts
-// about it, and sets the frame hook on the exchange config ex.
-func (n *Node) armAdversary(ex *gossip.Config) {
+// armHooks makes the node hostile if its config says so: it shouts about
+// it, and sets the frame hook on the exchange config ex.
+func (n *Node) armHooks(ex *gossip.Config) {
 	a := n.cfg.Adversary
 	if a.Kind == "" {
 		return
 	}
 	seed := n.cfg.Train.Seed ^ 0x686f7374696c65
-	n.adv = newAttacker(a, seed, time.Now)
-	ex.Tamper = n.adv.tamper(seed)
+	n.hooks.adv = newAttacker(a, seed, time.Now)
+	ex.Tamper = n.hooks.adv.tamper(seed)
 	n.log.Warn("ADVERSARY MODE: THIS NODE ATTACKS ITS PEERS (test swarms only)", "adversary", a.Kind, "strength", a.Strength)
 }
 
@@ -315,10 +349,10 @@ func (n *Node) armAdversary(ex *gossip.Config) {
 // protocols are up. They stop with ctx, which closing the mesh cancels
 // (stop is the mesh's pubsub stop, which then also waits for them).
 func (n *Node) unleash(ctx context.Context, stop context.CancelFunc) context.CancelFunc {
-	if n.adv == nil || n.adv.adv.Kind != AdversaryFlood {
+	if n.hooks.adv == nil || n.hooks.adv.adv.Kind != AdversaryFlood {
 		return stop
 	}
-	a := n.adv
+	a := n.hooks.adv
 	fctx, cancel := context.WithCancel(ctx)
 	a.wg.Add(1 + floodWorkers)
 	go func() { defer a.wg.Done(); a.floodAnnounce(fctx, n) }()

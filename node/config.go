@@ -101,10 +101,11 @@ type Config struct {
 	MaxSteps      int64
 	Duration      time.Duration
 
-	// Adversary makes this a hostile test node (gossip mode only, and only
-	// with the unlock variable in the environment; see adversary.go). The
-	// zero value is an honest node.
-	Adversary Adversary
+	// testHooks is empty in a release build. The testhooks build (make
+	// build-testhooks) adds Adversary, which makes a hostile test node; see
+	// adversary.go.
+	//lint:ignore U1000 empty in a release build; the testhooks build fills it
+	testHooks
 }
 
 // The defaults of a mesh node, as measured on the reference profile (MNIST,
@@ -275,13 +276,6 @@ func (c Config) Validate() error {
 	if c.Duration < 0 {
 		bad("duration %v: must be >= 0", c.Duration)
 	}
-	if c.Adversary.Kind != "" {
-		if err := c.Adversary.Validate(); err != nil {
-			errs = append(errs, err) // wraps ErrBadConfig itself
-		}
-		if c.Offline || c.Mode != ModeGossip {
-			bad("adversary %s: only a node in gossip mode can attack its peers", c.Adversary.Kind)
-		}
-	}
+	errs = append(errs, c.validateHooks()...)
 	return errors.Join(errs...)
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"math"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +25,6 @@ type fakeTrainer struct {
 	fp         params.Fingerprint
 	batch      int
 	lr         float64
-	clock      atomic.Uint64
 
 	mu       sync.Mutex // guards everything below
 	w, mom   []float32

@@ -78,7 +78,10 @@ type Node struct {
 	alone   atomic.Pointer[Alone]
 	otherFP otherRuns
 
-	adv *attacker // nil unless cfg.Adversary makes this a hostile test node; see adversary.go
+	// hooks is empty in a release build; in the testhooks build it holds
+	// the attacker of a hostile test node (adversary.go).
+	//lint:ignore U1000 empty in a release build; the testhooks build fills it
+	hooks nodeHooks
 }
 
 // New loads the data, builds the built-in Go trainer, resumes from st
@@ -172,7 +175,7 @@ func (n *Node) startMesh(ctx context.Context) error {
 	ex.Fingerprint, ex.Elements = n.fp, n.trainer.Layout().Size()
 	ex.Counters, ex.Logger = &n.counters, n.baseLog
 	ex.OnReceive = n.avg.receive
-	n.armAdversary(&ex)
+	n.armHooks(&ex)
 	if n.trust != nil {
 		ex.OnReject = n.onReject
 	}

@@ -189,11 +189,14 @@ func (s *kvStore) removeOrphans() error {
 	return nil
 }
 
-func (s *kvStore) hook(point string) {
-	if s.opts.CrashHook != nil {
-		s.opts.CrashHook(point)
-	}
-}
+// The moments of a save at which s.hook is called. Only the testhooks
+// build acts on them (store.Crash* there; testhooks.go); in a release
+// build hook does nothing (testhooks_release.go).
+const (
+	pointMidChunks    = "checkpoint-mid-chunks"    // about half the data chunks committed
+	pointBeforeCommit = "checkpoint-before-commit" // all chunks committed, manifest not
+	pointAfterCommit  = "checkpoint-after-commit"  // manifest committed and synced, old ones not pruned
+)
 
 func validateCheckpoint(c *Checkpoint) error {
 	var errs []error
@@ -316,7 +319,7 @@ func (s *kvStore) Save(ctx context.Context, c *Checkpoint) (Info, error) {
 		return Info{}, fmt.Errorf("store: save checkpoint %d: %w", id, err)
 	}
 	m.sum = sum
-	s.hook(CrashBeforeCommit)
+	s.hook(pointBeforeCommit)
 
 	err = s.kv.update(func(w kvWriter) error {
 		if err := w.set(manKey(id), m.encode()); err != nil {
@@ -333,7 +336,7 @@ func (s *kvStore) Save(ctx context.Context, c *Checkpoint) (Info, error) {
 		// Committed and readable, but a power loss may still take it.
 		return info, fmt.Errorf("store: sync checkpoint %d: %w", id, err)
 	}
-	s.hook(CrashAfterCommit)
+	s.hook(pointAfterCommit)
 
 	// Read the new checkpoint back before pruning, so that retention counts
 	// it as good only if it really is: otherwise a broken write path could
@@ -387,7 +390,7 @@ func (s *kvStore) writeChunks(ctx context.Context, m *manifest, c *Checkpoint) (
 				if err := b.flush(); err != nil {
 					return sum, err
 				}
-				s.hook(CrashMidChunks)
+				s.hook(pointMidChunks)
 				b = s.kv.newBatch()
 			}
 		}

@@ -177,13 +177,6 @@ func (e *FormatError) Error() string {
 // Is makes errors.Is(err, ErrNewerFormat) true.
 func (e *FormatError) Is(target error) bool { return target == ErrNewerFormat }
 
-// Crash points passed to Options.CrashHook while a checkpoint is saved.
-const (
-	CrashMidChunks    = "checkpoint-mid-chunks"    // about half the data chunks committed
-	CrashBeforeCommit = "checkpoint-before-commit" // all chunks committed, manifest not
-	CrashAfterCommit  = "checkpoint-after-commit"  // manifest committed and synced, old ones not pruned
-)
-
 // Options configures a store. Zero fields take the defaults of DefaultOptions.
 type Options struct {
 	// Keep is how many verified checkpoints are retained (default 3). See
@@ -201,9 +194,11 @@ type Options struct {
 	// Logger receives the store's and the database's warnings and errors
 	// (default slog.Default()).
 	Logger *slog.Logger
-	// CrashHook, when set, is called with one of the Crash* points while a
-	// checkpoint is saved, so tests can kill the process there.
-	CrashHook func(point string)
+	// testHooks is empty in a release build. The testhooks build (make
+	// build-testhooks) adds CrashHook, which crash-recovery tests use to
+	// kill the process mid-save; see testhooks.go.
+	//lint:ignore U1000 empty in a release build; the testhooks build fills it
+	testHooks
 
 	// valueLogFileSize overrides the value-log file size in this package's
 	// tests, so that reclaiming space can be shown with little data.

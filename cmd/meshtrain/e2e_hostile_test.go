@@ -17,8 +17,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/testnet"
+)
+
+// The adversary unlock, as docs/security.md spells it (node.UnlockAdversary*
+// of the testhooks build).
+const (
+	unlockEnv   = "MESHTRAIN_UNLOCK_ADVERSARY"
+	unlockValue = "I-understand-this-attacks-my-peers"
 )
 
 // TestE2EHostileSwarm: for nan, wrongdim, signflip and scale, every honest
@@ -32,8 +38,8 @@ func TestE2EHostileSwarm(t *testing.T) {
 	out := t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
-	attacks := []string{node.AdversaryNaN, node.AdversaryWrongDim, node.AdversarySignFlip, node.AdversaryScale}
-	cmd := exec.CommandContext(ctx, binary, "testnet", "attack", "--attacks", strings.Join(attacks, ","),
+	attacks := []string{"nan", "wrongdim", "signflip", "scale"}
+	cmd := exec.CommandContext(ctx, hooksBinary, "testnet", "attack", "--attacks", strings.Join(attacks, ","),
 		"--nodes", "5", "--attackers", "1", "--duration", "25s", "--model", "softmax", "--settle", "2s", "--out", out)
 	var log strings.Builder
 	cmd.Stdout, cmd.Stderr = &log, &log
@@ -92,18 +98,19 @@ func TestE2EHostileSwarm(t *testing.T) {
 	}
 }
 
-// TestE2EAdversaryLocked: without the unlock variable, --adversary is
-// refused at once, with a usage error that says how to unlock it.
+// TestE2EAdversaryLocked: in the testhooks build, without the unlock
+// variable, --adversary is refused at once, with a usage error that says
+// how to unlock it.
 func TestE2EAdversaryLocked(t *testing.T) {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, node.UnlockAdversaryEnv+"=") {
+		if !strings.HasPrefix(kv, unlockEnv+"=") {
 			env = append(env, kv)
 		}
 	}
-	for _, extra := range [][]string{nil, {node.UnlockAdversaryEnv + "=yes"}} {
+	for _, extra := range [][]string{nil, {unlockEnv + "=yes"}} {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		cmd := exec.CommandContext(ctx, binary, "node", "--no-data-dir", "--api", "", "--adversary", "nan")
+		cmd := exec.CommandContext(ctx, hooksBinary, "node", "--no-data-dir", "--api", "", "--adversary", "nan")
 		cmd.Env = append(env, extra...)
 		out, err := cmd.CombinedOutput()
 		cancel()
@@ -111,8 +118,69 @@ func TestE2EAdversaryLocked(t *testing.T) {
 		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
 			t.Fatalf("env %v: exit %v, want 2; output:\n%s", extra, err, out)
 		}
-		if !strings.Contains(string(out), node.UnlockAdversaryEnv+"="+node.UnlockAdversaryValue) {
+		if !strings.Contains(string(out), unlockEnv+"="+unlockValue) {
 			t.Errorf("env %v: the refusal does not say how to unlock:\n%s", extra, out)
+		}
+	}
+}
+
+// TestE2EReleaseHasNoTestHooks: the release binary has none of the test
+// hooks. --adversary is an unknown flag even with the unlock variable set,
+// `testnet attack` refuses and names the test binary, the crash-point
+// variables leave a training run alone, and none of the hooks' names is in
+// the executable at all.
+func TestE2EReleaseHasNoTestHooks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	unlocked := append(os.Environ(), unlockEnv+"="+unlockValue)
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"node", "--no-data-dir", "--api", "", "--adversary", "nan"}, "flag provided but not defined: -adversary"},
+		{[]string{"testnet", "attack", "--attacks", "nan", "--out", filepath.Join(dir, "attack")}, "make build-testhooks"},
+	} {
+		cmd := exec.CommandContext(ctx, binary, c.args...)
+		cmd.Env = unlocked
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), c.want) {
+			t.Errorf("%v: exit %v, want 2 and %q; output:\n%s", c.args, err, c.want, out)
+		}
+	}
+
+	// Every save passes all three crash points; the hooks build would die
+	// at the first one.
+	for _, point := range []string{"checkpoint-mid-chunks", "checkpoint-before-commit", "checkpoint-after-commit"} {
+		cmd := exec.CommandContext(ctx, binary, "train", "--json", "--data-dir", filepath.Join(dir, point),
+			"--max-steps", "200", "--checkpoint-every", "20ms")
+		cmd.Env = append(unlocked, "MESHTRAIN_TEST_CRASH_AT="+point, "MESHTRAIN_TEST_CRASH_AFTER=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("train with MESHTRAIN_TEST_CRASH_AT=%s: %v; output:\n%s", point, err, out)
+		} else if n := strings.Count(string(out), `"event":"checkpoint"`); n < 2 {
+			t.Errorf("train with MESHTRAIN_TEST_CRASH_AT=%s: %d checkpoints, want at least 2; output:\n%s", point, n, out)
+		}
+	}
+
+	exe, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"MESHTRAIN_TEST_CRASH_AT", unlockEnv, "ADVERSARY MODE", "adversary-strength"} {
+		if strings.Contains(string(exe), name) {
+			t.Errorf("the release binary holds %q", name)
+		}
+	}
+	// The check can fail: the test binary holds them all.
+	hooks, err := os.ReadFile(hooksBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"MESHTRAIN_TEST_CRASH_AT", unlockEnv, "ADVERSARY MODE", "adversary-strength"} {
+		if !strings.Contains(string(hooks), name) {
+			t.Errorf("the testhooks binary does not hold %q: the check above proves nothing", name)
 		}
 	}
 }

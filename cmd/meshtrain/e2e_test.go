@@ -1,7 +1,10 @@
 //go:build e2e
 
-// End-to-end tests of the real binary on MNIST. They run without -race and
-// share one binary: MESHTRAIN_BIN (set by `make test-e2e`), or one built here.
+// End-to-end tests of the real binaries on MNIST. They run without -race and
+// share two binaries: the release binary, MESHTRAIN_BIN, and the test binary
+// with the testhooks build tag (crash points, adversary modes),
+// MESHTRAIN_TESTHOOKS_BIN; `make test-e2e` sets both, and whichever is unset
+// is built here.
 package main
 
 import (
@@ -22,29 +25,40 @@ import (
 	"time"
 )
 
-var binary string
+// binary is the release binary; hooksBinary the testhooks build, which only
+// the crash-recovery and hostile-swarm tests run.
+var binary, hooksBinary string
 
 func TestMain(m *testing.M) {
-	binary = os.Getenv("MESHTRAIN_BIN")
-	if binary == "" {
-		dir, err := os.MkdirTemp("", "meshtrain-e2e-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		binary = filepath.Join(dir, "meshtrain")
-		build := exec.Command("go", "build", "-o", binary, ".")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build:", err)
-			os.Exit(1)
-		}
-		code := m.Run()
-		os.RemoveAll(dir)
-		os.Exit(code)
+	dir, err := os.MkdirTemp("", "meshtrain-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	build := func(env, name string, tags ...string) string {
+		if path := os.Getenv(env); path != "" {
+			return path
+		}
+		path := filepath.Join(dir, name)
+		args := []string{"build", "-o", path}
+		if len(tags) > 0 {
+			args = append(args, "-tags", strings.Join(tags, ","))
+		}
+		cmd := exec.Command("go", append(args, ".")...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", name+":", err)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
+		return path
+	}
+	binary = build("MESHTRAIN_BIN", "meshtrain")
+	hooksBinary = build("MESHTRAIN_TESTHOOKS_BIN", "meshtrain-testhooks", "testhooks")
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 type event struct {
@@ -66,7 +80,13 @@ type proc struct {
 
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	return startBin(t, binary, env, args...)
+}
+
+// startBin is start with another binary (hooksBinary).
+func startBin(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -176,7 +196,7 @@ func TestE2ETrainMNISTDefaults(t *testing.T) {
 	}
 }
 
-// SIGKILL the trainer 20 times: at seeded random moments and at injected
+// SIGKILL the trainer (the testhooks build) 20 times: at seeded random moments and at injected
 // crash points before, during and after a checkpoint commit. Every restart
 // must resume at or after the last checkpoint reported committed, and since
 // resuming is exact, the run must end on the uninterrupted run's accuracy.
@@ -209,7 +229,7 @@ func TestE2ECrashRecovery(t *testing.T) {
 			how = fmt.Sprintf("crash point %s #%d", point, after)
 		}
 		delay := time.Duration(100+rng.IntN(500)) * time.Millisecond
-		p := start(t, env, args...)
+		p := startBin(t, hooksBinary, env, args...)
 		first, ok := <-p.events
 		if !ok {
 			_, err := p.wait()
@@ -260,7 +280,7 @@ func TestE2ECrashRecovery(t *testing.T) {
 		}
 		kills++
 	}
-	p := start(t, nil, args...)
+	p := startBin(t, hooksBinary, nil, args...)
 	evs, err := p.wait()
 	if err != nil {
 		t.Fatalf("last run: %v: %s", err, p.stderr)

@@ -62,12 +62,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	fs.DurationVar(&snaps.Every, "snapshot-every", time.Second, "wall time between snapshots")
 	fs.StringVar(&snaps.StartFile, "start-file", "", "hold training until this file exists, so a swarm starts at one instant")
 	fs.BoolVar(&snaps.NoEval, "no-eval", false, "no test-set evaluation while training (score --snapshot-dir files instead); --until-accuracy never fires")
-	adversary := fs.String("adversary", "", "TEST SWARMS ONLY: this node attacks its peers, KIND [default strength X]: "+
-		"noise [1] sends params + N(0,(X*rms)^2) noise, signflip [1] -X*params, scale [10] X*params, nan [0.01] a fraction X of the values NaN, "+
-		"replay [5] the model of X s after start forever under its current progress, wrongdim [1] X more elements (fewer if negative), "+
-		"flood [200] X announcements/s and back-to-back exchanges with every peer; refused unless the environment has "+
-		node.UnlockAdversaryEnv+"="+node.UnlockAdversaryValue)
-	adversaryStrength := fs.String("adversary-strength", "", "strength X of --adversary (empty: the kind's default)")
+	hooks := registerNodeHooks(fs) // none in a release build
 	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
@@ -102,7 +97,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	if cfg.Exchange.SendDType, err = gossip.ParseDType(*wire); err != nil {
 		errs = append(errs, err.Error())
 	}
-	if cfg.Adversary, err = node.ParseAdversary(*adversary, *adversaryStrength); err != nil {
+	if err = hooks.apply(&cfg); err != nil {
 		errs = append(errs, err.Error())
 	}
 	if *pskFile != "" {
@@ -150,10 +145,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	}
 	defer srv.stop()
 	return runNode(ctx, e, &f, cfg, func(n *node.Node) {
-		if a := cfg.Adversary; a.Kind != "" {
-			fmt.Fprintf(e.stderr, "%s: WARNING: ADVERSARY MODE %s (strength %g): this node attacks its peers; for test swarms only\n",
-				e.name, a.Kind, a.Strength)
-		}
+		hooks.warn(e, cfg)
 		if !f.jsonOut && cfg.Host.Profile == node.ProfileLocal {
 			fmt.Fprintln(e.stdout, "profile local: reachable from this machine only; use --profile lan or public to join other machines")
 		}

@@ -17,7 +17,7 @@ func runTestnet(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 || isHelp(args[0]) {
 		fmt.Fprintln(e.stdout, "Usage: meshtrain testnet up [flags] [-- node flags]   start a local swarm on 127.0.0.1")
 		fmt.Fprintln(e.stdout, "       meshtrain testnet down [--dir DIR]          stop a detached one")
-		fmt.Fprintln(e.stdout, "       meshtrain testnet attack [flags]            run swarms with attacking test nodes and report")
+		fmt.Fprintln(e.stdout, "       meshtrain testnet attack [flags]            "+attackSummary)
 		if len(args) == 0 {
 			return exitUsage
 		}
