@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -161,6 +162,44 @@ func TestE2EReleaseHasNoTestHooks(t *testing.T) {
 			t.Errorf("train with MESHTRAIN_TEST_CRASH_AT=%s: %v; output:\n%s", point, err, out)
 		} else if n := strings.Count(string(out), `"event":"checkpoint"`); n < 2 {
 			t.Errorf("train with MESHTRAIN_TEST_CRASH_AT=%s: %d checkpoints, want at least 2; output:\n%s", point, n, out)
+		}
+	}
+
+	// `make build` strips the symbol table; then the same sources are
+	// linked again with it, for `go tool nm`.
+	withSymbols := func(bin, name string, tags ...string) string {
+		if out, err := exec.Command("go", "tool", "nm", bin).CombinedOutput(); err == nil && !strings.Contains(string(out), "no symbols") {
+			return bin
+		}
+		path := filepath.Join(dir, name)
+		args := []string{"build", "-o", path}
+		if len(tags) > 0 {
+			args = append(args, "-tags", strings.Join(tags, ","))
+		}
+		build := exec.CommandContext(ctx, "go", append(args, ".")...)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build %s with symbols: %v\n%s", name, err, out)
+		}
+		return path
+	}
+	hookSymbol := regexp.MustCompile(`(?i)meshtrain/meshtrain/.*(adversar|attacker|tamper|crash|hostile|unleash)`)
+	for _, c := range []struct {
+		bin   string
+		hooks bool
+	}{
+		{withSymbols(binary, "meshtrain-symbols"), false},
+		{withSymbols(hooksBinary, "meshtrain-testhooks-symbols", "testhooks"), true},
+	} {
+		out, err := exec.CommandContext(ctx, "go", "tool", "nm", c.bin).Output()
+		if err != nil {
+			t.Fatalf("go tool nm %s: %v", c.bin, err)
+		}
+		found := hookSymbol.FindAllString(string(out), 5)
+		if c.hooks && len(found) == 0 {
+			t.Errorf("the testhooks build has no hook symbols: the check of the release build proves nothing")
+		} else if !c.hooks && len(found) > 0 {
+			t.Errorf("the release build has test-hook symbols: %q", found)
 		}
 	}
 
