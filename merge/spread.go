@@ -58,15 +58,16 @@ func (s *peerSpread) outlier(p string, d, scale float64, now time.Time) bool {
 			others = append(others, e.d)
 		}
 	}
-	out := len(others) >= spreadMinPeers && d > scale*median(others)
+	out := len(others) >= spreadMinPeers && d > scale*Median(others)
 	if _, ok := s.latest[p]; ok || len(s.latest) < spreadMaxPeers {
 		s.latest[p] = spreadEntry{d: d, at: now}
 	}
 	return out
 }
 
-// median of xs (the lower middle for an even count); 0 for none.
-func median(xs []float64) float64 {
+// Median of xs (the lower middle for an even count); 0 for none. xs is
+// not changed.
+func Median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}

@@ -2,11 +2,12 @@ package node
 
 import (
 	"math"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/meshtrain/meshtrain/merge"
 )
 
 // The run clock: how far the swarm's run has got, in training samples
@@ -109,7 +110,7 @@ func (c *runClock) observe(now time.Time, ownRate float64, obs []clockObservatio
 			estimates = append(estimates, o.Estimate)
 		}
 	}
-	maxRate := clockRateCap * max(ownRate, median(rates))
+	maxRate := clockRateCap * max(ownRate, merge.Median(rates))
 	if maxRate == 0 {
 		maxRate = math.Inf(1) // no rate to compare with yet
 	}
@@ -142,7 +143,7 @@ func (c *runClock) observe(now time.Time, ownRate float64, obs []clockObservatio
 		} else if others := othersEstimates(obs, o.Peer); len(others) >= 2 {
 			// A newcomer to our table cannot have processed more than the
 			// swarm as the others see it.
-			if m := median(others); samples > m {
+			if m := merge.Median(others); samples > m {
 				samples = m
 				c.clamped++
 			}
@@ -153,7 +154,7 @@ func (c *runClock) observe(now time.Time, ownRate float64, obs []clockObservatio
 		c.peers[o.Peer] = clockPeer{samples: samples, rate: rate, seen: o.Seen}
 	}
 	if len(estimates) > 0 {
-		c.floor, c.floorAt, c.floorRate = median(estimates), now, swarmRate
+		c.floor, c.floorAt, c.floorRate = merge.Median(estimates), now, swarmRate
 	}
 }
 
@@ -206,12 +207,3 @@ func extrapolation(d time.Duration) float64 {
 
 func valid(x float64) bool { return x >= 0 && !math.IsInf(x, 0) }
 
-// median of xs (the lower middle for an even count); 0 for none.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[(len(s)-1)/2]
-}
