@@ -206,4 +206,3 @@ func extrapolation(d time.Duration) float64 {
 }
 
 func valid(x float64) bool { return x >= 0 && !math.IsInf(x, 0) }
-
