@@ -92,7 +92,10 @@ bench:
 # runs) or FUZZLONG (fuzz), one after another. Targets are found by grep, so
 # a new one is never left out; a target that grep finds but go test does not
 # run (a build tag, a typo) fails the pass too. The first failure stops it,
-# naming the target; a crasher is left in that package's testdata/fuzz.
+# naming the target; a crasher is left in that package's testdata/fuzz. A
+# bare "context deadline exceeded" as the only failure line, with no input
+# written, is Go 1.26's fuzz coordinator racing its own -fuzztime deadline
+# (go.dev/issue/75804): it is reported, not failed.
 # FUZZFLAGS go to each go test (e.g. -parallel=1).
 fuzz-short:
 	@$(call fuzz_all,$(FUZZTIME))
@@ -109,7 +112,12 @@ for t in $$targets; do \
 	dir=$${t%%:*}; name=$${t#*:}; \
 	echo "== $$name ($$dir)"; \
 	{ $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(1) $(FUZZFLAGS) $$dir 2>&1; echo $$? >"$$log.rc"; } | tee "$$log"; \
-	if [ "$$(cat "$$log.rc")" != 0 ]; then echo "fuzz: $$name in $$dir FAILED"; exit 1; fi; \
+	if [ "$$(cat "$$log.rc")" != 0 ]; then \
+		if grep -qx '    context deadline exceeded' "$$log" && [ "$$(grep -c '^    ' "$$log")" = 1 ] \
+			&& ! grep -qE 'Failing input written|panic:|fuzzing process hung' "$$log"; then \
+			echo "fuzz: $$name: the fuzz engine's own deadline race at -fuzztime's end (go.dev/issue/75804, fixed in Go 1.27); no input failed"; \
+		else echo "fuzz: $$name in $$dir FAILED"; exit 1; fi; \
+	fi; \
 	if grep -q 'no fuzz tests to fuzz' "$$log"; then echo "fuzz: $$name in $$dir did not run"; exit 1; fi; \
 done; \
 echo "fuzz: all targets passed"
