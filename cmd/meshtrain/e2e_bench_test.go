@@ -51,7 +51,7 @@ func TestBenchQuick(t *testing.T) {
 	want := map[string][]string{
 		testnet.ModeGossip:      {fmt.Sprintf("--epochs %d", testnet.QuickEpochs)},
 		testnet.ModeGossipConst: {fmt.Sprintf("--epochs %d", testnet.QuickEpochs), "--staleness const"},
-		testnet.ModeSync:        {"--mode sync", "--schedule const", "--epochs 0"},
+		testnet.ModeSync:        {"--mode sync", "--lr 0.1", "--schedule const", "--epochs 0"}, // sync keeps a rate of its own
 		testnet.ModeLocal:       {"--mode local", fmt.Sprintf("--epochs %d", testnet.QuickEpochs)},
 	}
 	if !reflect.DeepEqual(res.Settings.DiffersFromDefaults, want) {

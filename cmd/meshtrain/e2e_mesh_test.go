@@ -286,12 +286,14 @@ func TestMeshHeterogeneousMNIST(t *testing.T) {
 	// solo MLP step on one core, so the slowdowns are mostly emulated sleep
 	// and the four nodes need about one core between them.
 	// --epochs 0: a fast node must not run out of its shard and leave the
-	// slow ones alone; the cosine schedule then needs a total, in samples of
-	// progress.
+	// slow ones alone; the cosine schedule then needs a total, in samples on
+	// the run clock (every node's samples added up: about 30k/s here), long
+	// enough that the slowest node is not left at a rate of zero once the
+	// others have stopped at the target.
 	argsOf := func(i int) []string {
 		return []string{"--no-data-dir", "--network", "e2e-hetero", "--shard", fmt.Sprintf("%d/%d", i, count),
 			"--slowdown", slowdowns[i], "--base-step", "3ms", "--threads", "1",
-			"--epochs", "0", "--schedule", "cosine:warmup=3200,total=120000",
+			"--epochs", "0", "--schedule", "cosine:warmup=12800,total=2000000",
 			"--avg-interval", "500ms", "--announce-interval", "1s", "--eval-every", "3s",
 			"--until-accuracy", fmt.Sprint(target), "--duration", limit.String()}
 	}
