@@ -45,6 +45,12 @@ type Config struct {
 	PlausibleFactor float64
 	// Seed seeds the choice of merges validated at random.
 	Seed uint64
+	// NoHoldout: the trainer has no holdout (an external trainer that
+	// scores nothing for us). The checks that need a holdout score are
+	// skipped rather than refusing every merge they would judge: models
+	// are still fingerprint-, finiteness- and outlier-checked and clipped
+	// to the radius, but never validated on a loss.
+	NoHoldout bool
 }
 
 // Validate reports every bad field at once.
@@ -233,16 +239,19 @@ func (c *Core) Decide(in Input) Decision {
 		// model pointing the wrong way pull us a little every time), the
 		// model itself must be plausible: an honest peer's model, however
 		// different its data, scores on our holdout within a few times our
-		// own loss; a sign-flipped one does not.
-		d.Validated = true
-		before, theirs, ok := c.losses(in, in.Local.Params, remote.Params)
-		if !ok {
-			return with(d, Decision{Reason: RefusedNoHoldout})
+		// own loss; a sign-flipped one does not. Without a holdout the
+		// clipping alone bounds its pull.
+		if !c.cfg.NoHoldout {
+			d.Validated = true
+			before, theirs, ok := c.losses(in, in.Local.Params, remote.Params)
+			if !ok {
+				return with(d, Decision{Reason: RefusedNoHoldout})
+			}
+			if theirs > before*c.cfg.PlausibleFactor+c.cfg.LossSlack {
+				return with(d, refuse(RefusedImplausible, reputation.LossJump))
+			}
+			ownLoss = before
 		}
-		if theirs > before*c.cfg.PlausibleFactor+c.cfg.LossSlack {
-			return with(d, refuse(RefusedImplausible, reputation.LossJump))
-		}
-		ownLoss = before
 		if in.Standing == reputation.OK {
 			if _, err := averaging.ClipDelta(remote.Params, in.Local.Params, remote.Params, v.Radius); err != nil {
 				return with(d, refuse(RefusedNonFinite, reputation.NonFinite))
@@ -259,6 +268,9 @@ func (c *Core) Decide(in Input) Decision {
 	}
 	d = c.weigh(in, d)
 	if !d.Merge {
+		return d
+	}
+	if c.cfg.NoHoldout {
 		return d
 	}
 	if c.accepted[in.Peer] < int64(c.cfg.Probation) || clipped || c.rng.IntN(c.cfg.ValidateEvery) == 0 {
@@ -337,7 +349,7 @@ func (c *Core) DecideCatchUp(in Input) Decision {
 	case params.CheckFinite(remote.Params) != nil || !remote.Progress.Valid():
 		return refuse(RefusedNonFinite, reputation.NonFinite)
 	}
-	if c.cfg.Trust {
+	if c.cfg.Trust && !c.cfg.NoHoldout {
 		before, after, ok := c.losses(in, in.Local.Params, remote.Params)
 		if !ok {
 			return Decision{Reason: RefusedNoHoldout, Validated: true}
@@ -348,7 +360,7 @@ func (c *Core) DecideCatchUp(in Input) Decision {
 			return d
 		}
 	}
-	return Decision{Merge: true, Reason: Merged, Weight: 1, Validated: c.cfg.Trust}
+	return Decision{Merge: true, Reason: Merged, Weight: 1, Validated: c.cfg.Trust && !c.cfg.NoHoldout}
 }
 
 // Radius returns the clipping radius (+Inf while warming up or without

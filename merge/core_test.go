@@ -874,3 +874,38 @@ func TestDecideNewcomerOutlier(t *testing.T) {
 		t.Fatalf("peer at our progress: %+v (%v), want an outlier verdict", same, same.Reason)
 	}
 }
+
+// TestDecideNoHoldout: a core told its trainer has no holdout never asks
+// for a loss, merges a new peer's near model at once (no probation to
+// fail), clips a far one instead of refusing it, still refuses outliers,
+// non-finite models and other fingerprints, and takes a catch-up whole.
+func TestDecideNoHoldout(t *testing.T) {
+	cfg := testConfig()
+	cfg.NoHoldout = true
+	c := warmCore(t, cfg)
+	asked := func([]float32) (float64, bool, error) {
+		t.Fatal("the holdout was asked for a loss")
+		return 0, false, nil
+	}
+	w1 := weightAt(0)
+	checkDecision(t, c.Decide(Input{Peer: "p", Local: local(), Remote: snap(moved(-1), ownProg), Now: t0, Loss: asked}),
+		Decision{Merge: true, Reason: Merged, HasVerdict: true, Verdict: reputation.Accepted, Weight: w1, Distance: 1})
+	far := snap(moved(-5), ownProg)
+	checkDecision(t, c.Decide(Input{Peer: "p", Local: local(), Remote: far, Now: t0, Loss: asked}),
+		Decision{Merge: true, Reason: MergedClipped, HasVerdict: true, Verdict: reputation.Clipped, Weight: w1, Distance: 5})
+	if d, _ := averaging.Distance(far.Params, local().Params); !near(d, clipRadius) {
+		t.Errorf("far model clipped to distance %v, want the radius %v", d, clipRadius)
+	}
+	checkDecision(t, c.Decide(Input{Peer: "p", Local: local(), Remote: snap(moved(-50), ownProg), Now: t0, Loss: asked}),
+		Decision{Reason: RefusedOutlier, HasVerdict: true, Verdict: reputation.Outlier, Distance: 50})
+	bad := moved(-1)
+	bad[3] = float32(math.NaN())
+	checkDecision(t, c.Decide(Input{Peer: "p", Local: local(), Remote: snap(bad, ownProg), Now: t0, Loss: asked}),
+		Decision{Reason: RefusedNonFinite, HasVerdict: true, Verdict: reputation.NonFinite})
+	other := snap(moved(-1), ownProg)
+	other.Fingerprint = otherFP
+	checkDecision(t, c.Decide(Input{Peer: "p", Local: local(), Remote: other, Now: t0, Loss: asked}),
+		Decision{Reason: RefusedFingerprint, HasVerdict: true, Verdict: reputation.FingerprintMismatch})
+	checkDecision(t, c.DecideCatchUp(Input{Peer: "p", Local: local(), Remote: snap(moved(-3), ownProg+5000), Now: t0, Loss: asked}),
+		Decision{Merge: true, Reason: Merged, Weight: 1})
+}
