@@ -24,8 +24,15 @@ func statusFrom(s node.Status) StatusResponse {
 		LastMerge: mergeFrom(s.LastMerge), CatchUps: s.CatchUps, ExchangesFailed: s.ExchangesFailed,
 		ExchangeTimeouts: s.ExchangeTimeouts, InboundDropped: s.InboundDropped, Gossip: gossipFrom(s.Gossip),
 		Trust: trustFrom(s.Trust), LastCheckpoint: checkpointPtr(s.LastCheckpoint), Run: runFrom(s.Run),
-		Alone: aloneFrom(s.Alone),
+		Alone: aloneFrom(s.Alone), Trainer: trainerFrom(s.Trainer),
 	}
+}
+
+func trainerFrom(t *node.TrainerStatus) *TrainerStatus {
+	if t == nil {
+		return nil
+	}
+	return &TrainerStatus{Kind: t.Kind, Connected: t.Connected, LastPushS: t.LastPushS, Rejected: maps.Clone(t.Rejected)}
 }
 
 func mergeFrom(m *node.MergeInfo) *MergeInfo {
@@ -53,7 +60,7 @@ func gossipFrom(g gossip.Stats) GossipStats {
 }
 
 func trustFrom(t node.TrustStats) TrustStats {
-	return TrustStats{Enabled: t.Enabled, Refused: maps.Clone(t.Refused), Clipped: t.Clipped, Validated: t.Validated,
+	return TrustStats{Enabled: t.Enabled, Refused: maps.Clone(t.Refused), Clipped: t.Clipped, Validated: t.Validated, Holdout: t.Holdout,
 		Radius: t.Radius, MedianDistance: t.MedianDistance, Banned: t.Banned, GateRefused: t.GateRefused}
 }
 

@@ -207,4 +207,4 @@ func TestOpenAPISchemasAreTheTypes(t *testing.T) {
 
 // optionalFields are declared in the spec but present only in some
 // responses (a peer's banned_until only while it is banned).
-var optionalFields = map[string]bool{"PeerStatus.banned_until": true, "Status.alone": true}
+var optionalFields = map[string]bool{"PeerStatus.banned_until": true, "Status.alone": true, "Status.trainer": true}

@@ -17,12 +17,12 @@ type collector struct {
 	src Source
 	log *slog.Logger
 
-	steps, samples, merges, catchUps, exchFailed, timeouts, inDropped            *prometheus.Desc
-	rejected, bytesSent, bytesReceived, exchanges, refused, announces            *prometheus.Desc
-	peers, loss, accuracy, samplesPerSec, busyFraction, busySeconds, networkWait *prometheus.Desc
-	progress, epoch, uptime, ckptStep, ckptTime, mergeStaleness, mergeWeight     *prometheus.Desc
-	buildInfo, nodeInfo                                                          *prometheus.Desc
-	mergesRefused, mergesClipped, mergesValidated, peersBanned, clipRadius       *prometheus.Desc
+	steps, samples, merges, catchUps, exchFailed, timeouts, inDropped                       *prometheus.Desc
+	rejected, bytesSent, bytesReceived, exchanges, refused, announces                       *prometheus.Desc
+	peers, loss, accuracy, samplesPerSec, busyFraction, busySeconds, networkWait            *prometheus.Desc
+	progress, epoch, uptime, ckptStep, ckptTime, mergeStaleness, mergeWeight                *prometheus.Desc
+	buildInfo, nodeInfo                                                                     *prometheus.Desc
+	mergesRefused, mergesClipped, mergesValidated, peersBanned, clipRadius, trainerRejected *prometheus.Desc
 }
 
 func newCollector(src Source, log *slog.Logger) *collector {
@@ -63,6 +63,7 @@ func newCollector(src Source, log *slog.Logger) *collector {
 		mergesValidated: d("merges_validated_total", "Candidate merges checked on the holdout."),
 		peersBanned:     d("peers_banned", "Peers banned now."),
 		clipRadius:      d("clip_radius", "Current clipping radius around this node's model (0 while warming up)."),
+		trainerRejected: d("trainer_rejections_total", "Requests of the external trainer refused, by code (bad_shape, non_finite, busy, mismatch, ...; transfer: the trainer's connection broke mid-request).", "code"),
 		buildInfo:       d("build_info", "Always 1; labels name the build.", "version", "goversion"),
 		nodeInfo:        d("node_info", "Always 1; labels name the node and what it trains.", "peer_id", "network", "mode", "profile", "fingerprint"),
 	}
@@ -75,7 +76,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.peers, c.loss, c.accuracy, c.samplesPerSec, c.busyFraction, c.busySeconds, c.networkWait,
 		c.progress, c.epoch, c.uptime, c.ckptStep, c.ckptTime, c.mergeStaleness, c.mergeWeight,
 		c.buildInfo, c.nodeInfo,
-		c.mergesRefused, c.mergesClipped, c.mergesValidated, c.peersBanned, c.clipRadius,
+		c.mergesRefused, c.mergesClipped, c.mergesValidated, c.peersBanned, c.clipRadius, c.trainerRejected,
 	} {
 		ch <- d
 	}
@@ -140,6 +141,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.mergesValidated, float64(tr.Validated))
 		gauge(c.peersBanned, float64(tr.Banned))
 		gauge(c.clipRadius, tr.Radius)
+	}
+	if t := st.Trainer; t != nil {
+		codes := make([]string, 0, len(t.Rejected))
+		for k := range t.Rejected {
+			codes = append(codes, k)
+		}
+		sort.Strings(codes)
+		for _, k := range codes {
+			counter(c.trainerRejected, float64(t.Rejected[k]), k)
+		}
 	}
 	gauge(c.peers, float64(st.Peers))
 	gauge(c.loss, st.Loss)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshtrain/meshtrain/node"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -245,5 +247,38 @@ func BenchmarkStatus(b *testing.B) {
 		if rec.Code != 200 {
 			b.Fatal(rec.Code)
 		}
+	}
+}
+
+// TestExternalTrainerStatus: an external trainer's connection is in the
+// status (every field the schema names) and its refusals in /metrics.
+func TestExternalTrainerStatus(t *testing.T) {
+	f := newFake()
+	f.status.Trainer = &node.TrainerStatus{Kind: "external", Connected: true, LastPushS: 0.25,
+		Rejected: map[string]int64{"bad_shape": 2, "non_finite": 1}}
+	s, _ := newServer(t, f)
+	rec := serve(s, "GET", "/v1/status")
+	var body struct {
+		Trainer map[string]any `json:"trainer"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"kind", "connected", "last_push_s", "rejected"} {
+		if _, ok := body.Trainer[k]; !ok {
+			t.Errorf("status.trainer lacks %s: %v", k, body.Trainer)
+		}
+	}
+	_, fams := scrape(t, s)
+	fam := fams["meshtrain_trainer_rejections_total"]
+	if fam == nil {
+		t.Fatal("no meshtrain_trainer_rejections_total")
+	}
+	got := map[string]float64{}
+	for _, m := range fam.Metric {
+		got[labels(m)] = value(m)
+	}
+	if got[`{code="bad_shape"}`] != 2 || got[`{code="non_finite"}`] != 1 || len(got) != 2 {
+		t.Fatalf("trainer rejections %v", got)
 	}
 }

@@ -43,6 +43,8 @@ type StatusResponse struct {
 	LastCheckpoint   *CheckpointInfo  `json:"last_checkpoint,omitempty"`
 	Run              RunStatus        `json:"run"`
 	Alone            *Alone           `json:"alone,omitempty"` // absent while the node has a partner
+	// Trainer: an external trainer's connection (absent for the built-in one).
+	Trainer *TrainerStatus `json:"trainer,omitempty"`
 }
 
 // MergeInfo is the latest merge of a status.
@@ -76,10 +78,19 @@ type TrustStats struct {
 	Refused        map[string]int64 `json:"refused"` // outlier, loss_jump, non_finite, ignored
 	Clipped        int64            `json:"clipped"`
 	Validated      int64            `json:"validated"`
+	Holdout        bool             `json:"holdout"` // false: loss checks skipped (external trainer without a holdout)
 	Radius         float64          `json:"radius"`
 	MedianDistance float64          `json:"median_distance"`
 	Banned         int              `json:"banned"`
 	GateRefused    uint64           `json:"gate_refused"`
+}
+
+// TrainerStatus is an external trainer's connection to the node.
+type TrainerStatus struct {
+	Kind      string           `json:"kind"`
+	Connected bool             `json:"connected"`
+	LastPushS float64          `json:"last_push_s"` // -1: no push yet
+	Rejected  map[string]int64 `json:"rejected"`    // refused trainer requests by code
 }
 
 // RunStatus is where the swarm's run stands on the run clock.

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -129,6 +130,11 @@ func (l *trainLoop) run(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		if stats.Batch == 0 {
+			// An external trainer's wait ended with nothing trained (it
+			// is away): look at the stop conditions again.
+			continue
+		}
 		l.own += float64(stats.Batch)
 		setF64(&n.rep.lastLR, stats.LR)
 		if n.sync != nil {
@@ -249,6 +255,10 @@ func (n *Node) finish(ctx context.Context, ck *checkpointer, reason string, loss
 	}
 	res.Snapshot, res.Layout = t.SnapshotInto(nil), t.Layout()
 	r, err := t.Test(res.Snapshot.Params)
+	scored := err == nil
+	if errors.Is(err, ErrNoScore) {
+		err = nil // an external trainer that never reported a score
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -257,10 +267,14 @@ func (n *Node) finish(ctx context.Context, ck *checkpointer, reason string, loss
 		return nil, err
 	}
 	s := t.Stats()
-	setF64(&n.rep.lastAcc, r.Accuracy)
+	var acc *float64
+	if scored {
+		setF64(&n.rep.lastAcc, r.Accuracy)
+		acc = &r.Accuracy
+	}
 	status := n.Status()
 	send(Event{Event: "final", Step: s.Steps, Epoch: s.Epoch, Progress: float64(s.Progress), Loss: lossEMA,
-		TestAccuracy: &r.Accuracy, TestLoss: r.Loss, SamplesPerSec: s.SamplesPerSec, Fingerprint: n.fp.String(),
+		TestAccuracy: acc, TestLoss: r.Loss, SamplesPerSec: s.SamplesPerSec, Fingerprint: n.fp.String(),
 		Merges: n.Merges(), RunSamples: status.Run.Samples, RunTotal: n.runTotal, Status: &status,
 		Message: stopMessage(reason, status.Run, n.st != nil)})
 	return res, nil

@@ -56,7 +56,9 @@ type Node struct {
 	avg  *averager
 	sync *syncer
 	// trust scores peers (nil when disabled or offline); see trust.go.
-	trust *trust
+	// holdout: the trainer scores a holdout the trust checks validate on.
+	trust   *trust
+	holdout bool
 	// rep is the reporter: the node's view of its own progress for
 	// events, status and history; see reporter.go.
 	rep *reporter
@@ -140,12 +142,17 @@ func NewWith(ctx context.Context, cfg Config, t Trainer, st store.Store, log *sl
 	if cfg.Offline {
 		return n, nil
 	}
-	core, err := merge.New(mergeConfig(cfg, trusting(cfg)))
+	n.holdout = hasHoldout(t)
+	core, err := merge.New(mergeConfig(cfg, trusting(cfg), n.holdout))
 	if err != nil {
 		return nil, err
 	}
 	n.avg = newAverager(n, core)
 	if trusting(cfg) {
+		if !n.holdout {
+			n.log.Warn("trust runs without holdout validation: the trainer scores no holdout, so candidate merges are " +
+				"checked for fingerprint, finite values and outlier distance and clipped to the radius, never validated on a loss")
+		}
 		if n.trust, err = newTrust(cfg.Trust); err != nil {
 			return nil, err
 		}
@@ -221,6 +228,9 @@ func (n *Node) startMesh(ctx context.Context) error {
 // waits at most for the short parameter update of a step, never for its
 // computation.
 func (n *Node) serveSnapshot() (params.Snapshot, bool) {
+	if r, ok := n.trainer.(ReadyReporter); ok && !r.Ready() {
+		return params.Snapshot{}, false
+	}
 	return n.outgoing(n.trainer.SnapshotInto(nil)), true
 }
 

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -88,6 +89,9 @@ func (n *Node) evaluator(ctx context.Context, in <-chan evalRequest, send func(E
 			return
 		case req := <-in:
 			r, err := n.trainer.Test(req.snap.Params)
+			if errors.Is(err, ErrNoScore) {
+				continue
+			}
 			if err != nil {
 				n.log.Error("evaluation failed", "err", err)
 				continue

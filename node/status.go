@@ -47,6 +47,23 @@ type Status struct {
 	// alone (absent while it has a partner).
 	Run   RunStatus `json:"run"`
 	Alone *Alone    `json:"alone,omitempty"`
+	// Trainer describes an external trainer (absent for the built-in one).
+	Trainer *TrainerStatus `json:"trainer,omitempty"`
+}
+
+// TrainerStatus is an external trainer's side of the status: whether one
+// is connected, when it last pushed, and the requests refused, by code.
+type TrainerStatus struct {
+	Kind      string           `json:"kind"` // "external"
+	Connected bool             `json:"connected"`
+	LastPushS float64          `json:"last_push_s"` // seconds since the last push (-1: none yet)
+	Rejected  map[string]int64 `json:"rejected"`
+}
+
+// TrainerStatusReporter is implemented by a trainer with a status of its
+// own (an external one).
+type TrainerStatusReporter interface {
+	TrainerStatus() TrainerStatus
 }
 
 // RunStatus is where the run stands on the run clock (every node's samples
@@ -88,6 +105,10 @@ func (n *Node) Status() Status {
 	}
 	if n.cfg.Offline {
 		st.Mode, st.Profile = "offline", ""
+	}
+	if r, ok := n.trainer.(TrainerStatusReporter); ok {
+		ts := r.TrainerStatus()
+		st.Trainer = &ts
 	}
 	// The busy fraction counts from the start of training (after any start
 	// file), over the busy time since then.

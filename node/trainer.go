@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/meshtrain/meshtrain/params"
@@ -51,6 +52,18 @@ type Trainer interface {
 	// Test scores a parameter vector on the test set.
 	Test(w []float32) (TestResult, error)
 }
+
+// ReadyReporter is implemented by a trainer whose model may not exist yet
+// (an external trainer before its first push): the node serves no model
+// until Ready.
+type ReadyReporter interface {
+	Ready() bool
+}
+
+// ErrNoScore is returned by Test when the trainer cannot score a vector
+// and has reported no score yet (an external trainer scores its own
+// model): the evaluation is skipped quietly.
+var ErrNoScore = errors.New("node: the trainer has reported no test score yet")
 
 // StepResult describes one step.
 type StepResult struct {

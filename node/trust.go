@@ -121,6 +121,10 @@ type TrustStats struct {
 	Clipped int64 `json:"clipped"`
 	// Validated candidate merges were checked on the holdout.
 	Validated int64 `json:"validated"`
+	// Holdout: the checks have a holdout to validate on. An external
+	// trainer that scores nothing for the node runs without one: the loss
+	// checks are skipped (the others still run).
+	Holdout bool `json:"holdout"`
 	// Radius is the current clipping radius (0 while warming up) and
 	// MedianDistance the median distance of recent accepted merges.
 	Radius         float64 `json:"radius"`
@@ -156,11 +160,22 @@ func newTrust(cfg TrustConfig) (*trust, error) {
 
 // mergeConfig is the merge core's configuration for a node: the merge
 // rule, and the checks when trust is on.
-func mergeConfig(c Config, trusting bool) merge.Config {
+func mergeConfig(c Config, trusting, holdout bool) merge.Config {
 	t := c.Trust
 	return merge.Config{Merger: c.Merger, Batch: c.Train.Batch, CatchUp: c.CatchUp, Trust: trusting, Radius: t.Radius,
 		Probation: t.Probation, ValidateEvery: t.ValidateEvery, LossTolerance: t.LossTolerance, LossSlack: t.LossSlack,
-		PlausibleFactor: t.PlausibleFactor, Seed: c.Train.Seed}
+		PlausibleFactor: t.PlausibleFactor, Seed: c.Train.Seed, NoHoldout: !holdout}
+}
+
+// HoldoutReporter is implemented by a trainer that may have no holdout
+// (an external one); a trainer without the method is taken to have one.
+type HoldoutReporter interface {
+	HasHoldout() bool
+}
+
+func hasHoldout(t Trainer) bool {
+	h, ok := t.(HoldoutReporter)
+	return !ok || h.HasHoldout()
 }
 
 // count records a decision in the trust counters (the refusals by the
@@ -310,7 +325,7 @@ func (n *Node) TrustStats() TrustStats {
 	return TrustStats{Enabled: true,
 		Refused: map[string]int64{"outlier": t.refusedOutlier.Load(), "loss_jump": t.refusedLoss.Load(),
 			"non_finite": t.refusedNonFinite.Load(), "ignored": t.refusedIgnored.Load()},
-		Clipped: t.clipped.Load(), Validated: t.validated.Load(),
+		Clipped: t.clipped.Load(), Validated: t.validated.Load(), Holdout: n.holdout,
 		Radius: f64(&t.radiusNow), MedianDistance: f64(&t.median), Banned: banned, GateRefused: gate}
 }
 

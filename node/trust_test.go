@@ -41,7 +41,7 @@ func trustNode(t *testing.T, st store.Store) *Node {
 	if n.trust, err = newTrust(cfg.Trust); err != nil {
 		t.Fatal(err)
 	}
-	core, err := merge.New(mergeConfig(cfg, true))
+	core, err := merge.New(mergeConfig(cfg, true, true))
 	if err != nil {
 		t.Fatal(err)
 	}
