@@ -62,6 +62,10 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	fs.DurationVar(&snaps.Every, "snapshot-every", time.Second, "wall time between snapshots")
 	fs.StringVar(&snaps.StartFile, "start-file", "", "hold training until this file exists, so a swarm starts at one instant")
 	fs.BoolVar(&snaps.NoEval, "no-eval", false, "no test-set evaluation while training (score --snapshot-dir files instead); --until-accuracy never fires")
+	trainerKind := fs.String("trainer", trainerBuiltin,
+		"who trains: builtin (this process trains --model on --dataset) or external (a trainer process on this machine trains its own model through the local trainer API: see python/)")
+	trainerListen := fs.String("trainer-listen", "",
+		"with --trainer external: unix:PATH, or tcp:HOST:PORT with a token written to the data dir (default: unix socket trainer.sock in the data dir)")
 	hooks := registerNodeHooks(fs) // none in a release build
 	if code, ok := parse(e, fs, args); !ok {
 		return code
@@ -116,6 +120,19 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	if err := checkAPIFlag(*apiAddr); err != nil {
 		errs = append(errs, err.Error())
 	}
+	external := *trainerKind == trainerExternal
+	if *trainerKind != trainerBuiltin && !external {
+		errs = append(errs, fmt.Sprintf("--trainer %q: want builtin or external", *trainerKind))
+	}
+	listenTrainer, err := externalListen(*trainerListen, f.dir, f.noStore)
+	switch {
+	case !external && *trainerListen != "":
+		errs = append(errs, "--trainer-listen needs --trainer external")
+	case external && err != nil:
+		errs = append(errs, err.Error())
+	case external && *mode == string(node.ModeSync):
+		errs = append(errs, "--trainer external runs in gossip or local mode (sync mode drives the built-in trainer's steps)")
+	}
 	if snaps.Dir != "" && snaps.Every <= 0 {
 		errs = append(errs, fmt.Sprintf("--snapshot-every %v: must be > 0", snaps.Every))
 	}
@@ -144,7 +161,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 		return failure(e, err)
 	}
 	defer srv.stop()
-	return runNode(ctx, e, &f, cfg, func(n *node.Node) {
+	before := func(n *node.Node) {
 		hooks.warn(e, cfg)
 		if !f.jsonOut && cfg.Host.Profile == node.ProfileLocal {
 			fmt.Fprintln(e.stdout, "profile local: reachable from this machine only; use --profile lan or public to join other machines")
@@ -156,7 +173,11 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 		if err := srv.start(n, log); err != nil {
 			fmt.Fprintf(e.stderr, "%s: API not started: %v\n", e.name, err)
 		}
-	})
+	}
+	if external {
+		return runExternal(ctx, e, &f, cfg, listenTrainer, before)
+	}
+	return runNode(ctx, e, &f, cfg, before)
 }
 
 // readAllowPeers parses --allow-peers: peer IDs separated by commas, or

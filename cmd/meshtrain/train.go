@@ -147,6 +147,11 @@ func runNode(ctx context.Context, e *env, f *runFlags, cfg node.Config, before f
 			return failure(e, err)
 		}
 	}
+	return saveResult(e, f, res)
+}
+
+// saveResult writes the final model if --save asks for it.
+func saveResult(e *env, f *runFlags, res *node.Result) int {
 	if f.save != "" {
 		meta := node.ModelMetadata(res.Info.Model, res.Info.Dataset, res.Info.Network, res.Info.Seed, res.Snapshot)
 		if err := writeModel(f.save, res.Layout, res.Snapshot, meta); err != nil {

@@ -1,0 +1,131 @@
+package trainerapi_test
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/meshtrain/meshtrain/gossip"
+	"github.com/meshtrain/meshtrain/node"
+	"github.com/meshtrain/meshtrain/store"
+	"github.com/meshtrain/meshtrain/trainerapi"
+)
+
+const dim = 64
+
+// externalNode is a node around an External, served on a socket, with a
+// Go trainer client registered and its first model pushed.
+type externalNode struct {
+	n      *node.Node
+	ext    *trainerapi.External
+	c      *trainerapi.Client
+	w, d   []float32
+	done   chan struct{}
+	result *node.Result
+}
+
+func startExternal(t *testing.T, ctx context.Context, bootstrap []string, start float32) *externalNode {
+	t.Helper()
+	cfg := node.DefaultConfig()
+	cfg.Host.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+	cfg.Host.Network = "ext-test"
+	cfg.Train.Network = "ext-test"
+	cfg.Exchange, cfg.Announce = gossip.DefaultConfig(), gossip.DefaultAnnounceConfig()
+	cfg.Announce.Interval = 200 * time.Millisecond
+	cfg.Epochs, cfg.Train.Schedule, cfg.CatchUp, cfg.CheckpointEvery = 0, "const", 0, 0
+	var err error
+	if cfg.Host.Bootstrap, err = node.ParseBootstrap(bootstrap); err != nil {
+		t.Fatal(err)
+	}
+	spec := trainerapi.Spec{Run: "mesh-test", TrainSamples: 1000, Batch: 16,
+		Tensors: []trainerapi.TensorSpec{{Name: "w", Dtype: "F32", Shape: []int{dim}}}}
+	en := &externalNode{w: make([]float32, dim), d: make([]float32, dim), done: make(chan struct{})}
+	attach := func(actx context.Context, s trainerapi.Spec) (*trainerapi.External, error) {
+		if en.ext != nil {
+			return en.ext, nil
+		}
+		x, err := trainerapi.NewExternal(s, trainerapi.RunConfig{Network: cfg.Train.Network, Schedule: "const"})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Train.Batch = s.Batch
+		n, err := node.NewWith(ctx, cfg, x, store.NewMemory(), nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		en.ext, en.n = x, n
+		return x, nil
+	}
+	srv, err := trainerapi.Listen(trainerapi.Config{Listen: "unix:" + filepath.Join(t.TempDir(), "t.sock"), Attach: attach})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	if en.c, err = trainerapi.Dial(srv.Addr(), ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := en.c.Register(spec); err != nil {
+		t.Fatal(err)
+	}
+	for i := range en.w {
+		en.w[i] = start
+	}
+	if _, err := en.c.Push(en.w, nil, 0, 0, 0, en.d); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(en.done)
+		en.result, _ = en.n.Run(ctx, nil)
+	}()
+	return en
+}
+
+// train pushes the trainer's model (no learning of its own: one step of
+// 16 samples each time) and adds the deltas the node answers with.
+func (en *externalNode) train(t *testing.T) (deltas int) {
+	t.Helper()
+	p, err := en.c.Push(en.w, nil, 16, 1, 1, en.d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Delta {
+		for i := range en.w {
+			en.w[i] += en.d[i]
+		}
+		deltas++
+	}
+	return deltas
+}
+
+// TestExternalTrainersMerge: two nodes around Go trainers whose models
+// start 10 apart in every coordinate; each trainer only pushes and adds
+// the deltas it is answered with. The gap closes, so merges reach the
+// trainers (a node that dropped the deltas would leave it at 10).
+func TestExternalTrainersMerge(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := startExternal(t, ctx, nil, 0)
+	b := startExternal(t, ctx, a.n.Addrs()[:1], 10)
+	deltas := 0
+	gap := func() float64 { return math.Abs(float64(b.w[0] - a.w[0])) }
+	deadline := time.Now().Add(60 * time.Second)
+	for gap() > 1 && time.Now().Before(deadline) {
+		deltas += a.train(t) + b.train(t)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g := gap(); g > 1 {
+		t.Fatalf("after 60 s the trainers' models are still %.2f apart (was 10); %d deltas, merges %d and %d",
+			g, deltas, a.n.Merges(), b.n.Merges())
+	}
+	if deltas == 0 || a.n.Merges()+b.n.Merges() == 0 {
+		t.Fatalf("gap closed without merges? deltas %d merges %d %d", deltas, a.n.Merges(), b.n.Merges())
+	}
+	if st := a.n.Status(); st.Trust.Holdout || st.Trainer == nil || !st.Trainer.Connected {
+		t.Fatalf("status: trust.holdout %v, trainer %+v; want no holdout and a connected trainer", st.Trust.Holdout, st.Trainer)
+	}
+	cancel()
+	<-a.done
+	<-b.done
+}
