@@ -1,12 +1,16 @@
 package node_test
 
 import (
+	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/node"
@@ -68,4 +72,52 @@ func goroutinesIn(fn string) int {
 		}
 	}
 	return k
+}
+
+// TestBootstrapStartingLater: a node whose bootstrap peer starts after it
+// (a node that waits for its external trainer listens only once one has
+// registered) connects within seconds of it, not a discovery interval
+// later, and not after the swarm's dial backoff: the interval here is an
+// hour.
+func TestBootstrapStartingLater(t *testing.T) {
+	checkGoroutines(t)
+	key, _, err := crypto.GenerateKeyPair(crypto.Ed25519, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := peer.IDFromPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	cfg := func() node.HostConfig {
+		return node.HostConfig{Profile: node.ProfileLocal, Network: "late", Listen: []string{"/ip4/127.0.0.1/tcp/0"},
+			DiscoveryInterval: time.Hour, Gossip: gossip.DefaultConfig()}
+	}
+	c := cfg()
+	if c.Bootstrap, err = node.ParseBootstrap([]string{addr + "/p2p/" + id.String()}); err != nil {
+		t.Fatal(err)
+	}
+	bkey, _, _ := crypto.GenerateKeyPair(crypto.Ed25519, -1)
+	b, err := node.NewHost(bkey, c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	eventually(t, time.Minute, "the first dial to fail", func() bool { return b.BootstrapErrors()[id] != nil })
+	ac := cfg()
+	ac.Listen = []string{addr}
+	a, err := node.NewHost(key, ac, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	eventually(t, time.Minute, "the late bootstrap peer to be dialled", func() bool {
+		return b.Network().Connectedness(id) == network.Connected
+	})
 }

@@ -21,6 +21,7 @@ import (
 	dutil "github.com/libp2p/go-libp2p/p2p/discovery/util"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	noise "github.com/libp2p/go-libp2p/p2p/security/noise"
 	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
 	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
@@ -251,13 +252,18 @@ func (n *Host) discover(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	advertising := false
+	// While a bootstrap peer is unreachable (it may start after us: a
+	// node waiting for its external trainer listens only once one has
+	// registered), it is retried after 1 s, then 2, 4, ... up to the
+	// discovery interval.
+	retry := time.Second
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		n.connectBootstrap(ctx)
+		unreachable := n.connectBootstrap(ctx)
 		if err := n.DHT.Bootstrap(ctx); err != nil && ctx.Err() == nil {
 			n.log.Debug("DHT bootstrap", "err", err)
 		}
@@ -271,31 +277,51 @@ func (n *Host) discover(ctx context.Context) {
 			}
 			n.findPeers(ctx, rd, ns)
 		}
-		t.Reset(n.cfg.DiscoveryInterval)
+		next := n.cfg.DiscoveryInterval
+		if unreachable {
+			next, retry = min(retry, next), min(2*retry, next)
+		}
+		t.Reset(next)
 	}
 }
 
-func (n *Host) connectBootstrap(ctx context.Context) {
+// connectBootstrap dials the bootstrap peers we are not connected to and
+// reports whether any of them failed.
+func (n *Host) connectBootstrap(ctx context.Context) (failed bool) {
 	for _, ai := range n.cfg.Bootstrap {
 		if ai.ID == n.ID() || n.Network().Connectedness(ai.ID) == network.Connected {
 			continue
+		}
+		if sw, ok := n.Network().(*swarm.Swarm); ok {
+			// A bootstrap peer is named by the operator: a failed dial
+			// must not hold the next attempt back for the swarm's
+			// backoff (5 s and more).
+			sw.Backoff().Clear(ai.ID)
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := n.Connect(cctx, ai)
 		cancel()
 		if ctx.Err() != nil {
-			return
+			return false
 		}
-		if err != nil {
-			n.log.Warn("bootstrap peer unreachable", "peer", ai.ID, "err", err)
-		}
+		failed = failed || err != nil
 		n.bootMu.Lock()
 		if n.bootErr == nil {
 			n.bootErr = map[peer.ID]error{}
 		}
+		prev, seen := n.bootErr[ai.ID]
 		n.bootErr[ai.ID] = err
 		n.bootMu.Unlock()
+		if err != nil {
+			// Retried every few seconds: said once, until it changes.
+			lvl := slog.LevelWarn
+			if seen && prev != nil {
+				lvl = slog.LevelDebug
+			}
+			n.log.Log(ctx, lvl, "bootstrap peer unreachable", "peer", ai.ID, "err", err)
+		}
 	}
+	return failed
 }
 
 func (n *Host) findPeers(ctx context.Context, rd *drouting.RoutingDiscovery, ns string) {

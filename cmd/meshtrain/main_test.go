@@ -36,6 +36,10 @@ func TestBadFlagsAreOneLineAndExitTwo(t *testing.T) {
 		{"checkpoints", "--nope"},
 		{"id", "x"},
 		{"version", "--x"},
+		{"node", "--trainer", "torch"},
+		{"node", "--trainer-listen", "unix:/tmp/x.sock"},
+		{"node", "--trainer", "external", "--mode", "sync"},
+		{"node", "--trainer", "external", "--no-data-dir"},
 		{"no-such-command"},
 	}
 	for _, args := range cases {
