@@ -108,6 +108,9 @@ type trainLoop struct {
 	steps      int
 
 	lastReport, lastCkpt, lastEval time.Time
+	// ckptAt is the trainer's steps and the node's merges at the last
+	// checkpoint offered.
+	ckptAt [2]int64
 }
 
 // run steps until a stop condition holds and returns why (a Stop constant).
@@ -132,7 +135,9 @@ func (l *trainLoop) run(ctx context.Context) (string, error) {
 		}
 		if stats.Batch == 0 {
 			// An external trainer's wait ended with nothing trained (it
-			// is away): look at the stop conditions again.
+			// is away): checkpoint what it left if that is not saved yet,
+			// and look at the stop conditions again.
+			l.idle()
 			continue
 		}
 		l.own += float64(stats.Batch)
@@ -189,8 +194,7 @@ func (l *trainLoop) after(stats StepResult) {
 	setF64(&n.rep.lastLoss, l.lossEMA)
 	now := time.Now()
 	if n.cfg.CheckpointEvery > 0 && now.Sub(l.lastCkpt) >= n.cfg.CheckpointEvery {
-		l.ck.offer(n.checkpointState())
-		l.lastCkpt = now
+		l.checkpoint(now)
 	}
 	if !n.snaps.NoEval && (stats.EpochEnd || (n.cfg.EvalEvery > 0 && now.Sub(l.lastEval) >= n.cfg.EvalEvery)) {
 		// Offer the evaluator a snapshot; if it is still busy with the
@@ -208,6 +212,22 @@ func (l *trainLoop) after(stats StepResult) {
 	if now.Sub(l.lastReport) >= n.cfg.ReportEvery {
 		l.report(now, stats.LR)
 		l.lastReport = now
+	}
+}
+
+// checkpoint offers the checkpointer the state now.
+func (l *trainLoop) checkpoint(now time.Time) {
+	l.ck.offer(l.n.checkpointState())
+	l.lastCkpt, l.ckptAt = now, [2]int64{l.n.trainer.Stats().Steps, l.n.Merges()}
+}
+
+// idle is the bookkeeping of a wait in which the trainer did nothing: a
+// checkpoint when one is due and the model changed since the last.
+func (l *trainLoop) idle() {
+	n, now := l.n, time.Now()
+	if n.cfg.CheckpointEvery > 0 && now.Sub(l.lastCkpt) >= n.cfg.CheckpointEvery &&
+		l.ckptAt != [2]int64{n.trainer.Stats().Steps, n.Merges()} {
+		l.checkpoint(now)
 	}
 }
 

@@ -35,7 +35,6 @@ const (
 	CodeMismatch      = "mismatch"
 	CodeBadShape      = "bad_shape"
 	CodeNonFinite     = "non_finite"
-	CodeStopped       = "stopped"
 )
 
 // apiError is a refusal: its code and a sentence for the trainer.
