@@ -1,0 +1,1 @@
+"""Tests of the meshtrain Python client (unittest; see python/README.md)."""
