@@ -19,7 +19,10 @@ HOOKS_TESTS  = $(shell grep -rl --include='*_test.go' --exclude-dir=.git '^//go:
 COMPOSE     ?= docker-compose
 COMPOSE_FILE := testnet/docker-compose.yml
 
-.PHONY: all build build-testhooks image testnet testnet-down test test-unit test-e2e check fmt vet tidy staticcheck bench fuzz fuzz-short clean
+# The interpreter that sees Debian's python3-torch and python3-numpy.
+PYTHON      ?= /usr/bin/python3
+
+.PHONY: all build build-testhooks image testnet testnet-down test test-unit test-python test-e2e check fmt vet tidy staticcheck bench fuzz fuzz-short clean
 
 all: build
 
@@ -56,11 +59,17 @@ testnet-down:
 # (HOOKS_TESTS in HOOKS_PKGS). Tier 2: end-to-end runs of the
 # real binaries on MNIST, without -race, sharing the release binary that
 # `build` made and the test binary of `build-testhooks`.
-test: test-unit test-e2e
+test: test-unit test-python test-e2e
 
 test-unit:
 	$(GO) test -race -count=1 ./...
 	$(GO) test -race -count=1 -tags testhooks -run '^($(HOOKS_TESTS))$$' $(HOOKS_PKGS)
+
+# The Python client of the local trainer API (python/), on the standard
+# library's unittest against a fake node; the e2e tier runs it against real
+# nodes.
+test-python:
+	$(PYTHON) -m unittest discover -s python/tests -t python
 
 test-e2e: build build-testhooks
 	MESHTRAIN_BIN=$(abspath $(BIN)) MESHTRAIN_TESTHOOKS_BIN=$(abspath $(HOOKS_BIN)) \
