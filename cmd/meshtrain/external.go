@@ -40,20 +40,12 @@ func externalListen(flagValue, dataDir string, noStore bool) (string, error) {
 // trainer's checkpoint), waits for the trainer's model, then runs the node
 // as usual. The trainer is told when the run ends.
 func runExternal(ctx context.Context, e *env, f *runFlags, cfg node.Config, listen string, before func(*node.Node)) int {
-	log, err := f.logger(e.stderr)
-	if err != nil {
-		return usageError(e, "%v", err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return usageError(e, "%v", err)
-	}
-	printer := eventPrinter(e.stdout, f.jsonOut)
-	var st store.Store
-	if !f.noStore {
-		if st, err = f.open(log); err != nil {
-			return failure(e, err)
-		}
+	log, printer, st, code := f.start(e, cfg)
+	if st != nil {
 		defer st.Close()
+	}
+	if code >= 0 {
+		return code
 	}
 	var (
 		mu    sync.Mutex

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -113,23 +114,34 @@ func (f *runFlags) config(c *node.Config) error {
 	return nil
 }
 
+// start is what every run begins with: the logger, the config checked,
+// the event printer and the store (nil with --no-data-dir). code is an
+// exit code when it failed, -1 otherwise.
+func (f *runFlags) start(e *env, cfg node.Config) (log *slog.Logger, printer func(node.Event), st store.Store, code int) {
+	log, err := f.logger(e.stderr)
+	if err != nil {
+		return nil, nil, nil, usageError(e, "%v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, nil, usageError(e, "%v", err)
+	}
+	if !f.noStore {
+		if st, err = f.open(log); err != nil {
+			return nil, nil, nil, failure(e, err)
+		}
+	}
+	return log, eventPrinter(e.stdout, f.jsonOut), st, -1
+}
+
 // runNode builds and runs a node with the flags' store and output, and
 // saves the model if asked. It returns the exit code.
 func runNode(ctx context.Context, e *env, f *runFlags, cfg node.Config, before func(*node.Node)) int {
-	log, err := f.logger(e.stderr)
-	if err != nil {
-		return usageError(e, "%v", err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return usageError(e, "%v", err)
-	}
-	printer := eventPrinter(e.stdout, f.jsonOut)
-	var st store.Store
-	if !f.noStore {
-		if st, err = f.open(log); err != nil {
-			return failure(e, err)
-		}
+	log, printer, st, code := f.start(e, cfg)
+	if st != nil {
 		defer st.Close()
+	}
+	if code >= 0 {
+		return code
 	}
 	n, err := node.New(ctx, cfg, st, log, printer)
 	if err != nil {
