@@ -154,6 +154,15 @@ type External struct {
 	merges   int64 // Applies since registration
 	lastPush time.Time
 	srv      *Server // the server that bound the trainer, for the status
+	peerID   string  // the node's, told to the trainer at registration
+}
+
+// SetPeerID names the node the mirror belongs to, for the registration
+// reply.
+func (e *External) SetPeerID(id string) {
+	e.mu.Lock()
+	e.peerID = id
+	e.mu.Unlock()
 }
 
 // pending is what pushes brought since the node's last Step.

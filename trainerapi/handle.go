@@ -164,12 +164,14 @@ func (ss *session) register(spec Spec) (map[string]any, [][]float32, error) {
 	s.holder, s.ext, ss.ext = ss, ext, ext
 	ext.mu.Lock()
 	ext.srv = s
+	peerID := ext.peerID
 	ext.mu.Unlock()
 	s.regOnce.Do(func() { close(s.registered) })
 	ready, step, samples, run := ext.status()
 	s.log.Info("trainer registered", "run", spec.Run, "tensors", len(spec.Tensors), "parameters", ext.layout.Size(),
 		"optimizer_values", ext.optLen, "resume", ready)
-	return map[string]any{"fingerprint": ext.fp.String(), "resume": ready, "step": step, "samples": samples, "run": run}, nil, nil
+	return map[string]any{"fingerprint": ext.fp.String(), "peer_id": peerID, "resume": ready, "step": step,
+		"samples": samples, "run": run}, nil, nil
 }
 
 func optNote(withOpt bool, n int) string {

@@ -81,6 +81,7 @@ func runExternal(ctx context.Context, e *env, f *runFlags, cfg node.Config, list
 			}
 			return nil, err
 		}
+		x.SetPeerID(nn.ID().String())
 		ext, n = x, nn
 		close(built)
 		return x, nil

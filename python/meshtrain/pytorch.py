@@ -205,9 +205,10 @@ class Mesh:
 
         self.client = Client(socket, address=address, token=token, timeout=timeout)
         try:
-            self.peer_id = self.client.hello().get("peer_id", "")
+            self.client.hello()
             reg = self.client.register(run, specs, self.optimizer_state.specs,
                                        train_samples=train_samples, batch=batch, holdout=False)
+            self.peer_id = reg.get("peer_id", "")
             self.fingerprint = reg.get("fingerprint", "")
             self.resumed = bool(reg.get("resume"))
             self._set_run(reg.get("run"))

@@ -254,7 +254,7 @@ class FakeNode:
         if self.tcp and h.get("token") != self.token:
             return (self._err("unauthorized", "wrong or missing token"),)
         session["hello"] = True
-        return ({"ok": True, "version": 1, "peer_id": "12D3KooWFakeNode", "node": "meshtrain fake"},)
+        return ({"ok": True, "version": 1, "node": "meshtrain fake"},)
 
     def _op_register(self, session, h, payload):
         """Check the layout; the first registration fixes the node's run."""
@@ -280,8 +280,8 @@ class FakeNode:
         if self.model is not None and self.model.size != model_size:
             return (self._err("mismatch", f"the node's model has {self.model.size} values"),)
         session["registered"] = True
-        return ({"ok": True, "fingerprint": "f00d" * 8, "resume": self.model is not None, "step": self.step,
-                 "samples": self.samples, "run": dict(self.run)},)
+        return ({"ok": True, "fingerprint": "f00d" * 8, "peer_id": "12D3KooWFakeNode",
+                 "resume": self.model is not None, "step": self.step, "samples": self.samples, "run": dict(self.run)},)
 
     def _op_pull(self, session, h, payload):
         """Send the node's model, and the optimizer state last pushed."""

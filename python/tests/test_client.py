@@ -28,7 +28,7 @@ class ClientTest(unittest.TestCase):
 
     def test_session(self):
         hello = self.client.hello()
-        self.assertEqual(hello["peer_id"], "12D3KooWFakeNode")
+        self.assertEqual(hello["version"], 1)
         self.assertNotIn("token", self.node.requests[0].header)
         reg = self.client.register("run-a", TENSORS, OPTIMIZER, train_samples=600, batch=8)
         self.assertFalse(reg["resume"])
