@@ -48,6 +48,7 @@ def worker(rank: int, args: argparse.Namespace, init_file: str) -> None:
     model = DistributedDataParallel(net)
     stop = torch.zeros(1)
     samples, reached = 0, None
+    snaps = common.Snapshots(args.snapshot_dir if rank == 0 else None, args.snapshot_every, rank)
     dist.barrier()
     start = time.monotonic()
     next_eval = start + args.eval_every
@@ -57,6 +58,7 @@ def worker(rank: int, args: argparse.Namespace, init_file: str) -> None:
         pacer.wait(t0)
         samples += len(idx)
         now = time.monotonic()
+        snaps.maybe(now - start, net, samples, 0)
         if rank == 0:
             if args.eval_every > 0 and now >= next_eval:
                 accuracy, loss = common.evaluate(net, test_x, test_y)
@@ -91,6 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1, help="seed of the weights and shards (default 1)")
     p.add_argument("--eval-samples", type=int, default=2000, help="test images scored by each evaluation")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
+    p.add_argument("--snapshot-dir", help="rank 0 saves the weights here every --snapshot-every s, for score.py")
+    p.add_argument("--snapshot-every", type=float, default=2.0, help="seconds between snapshots (default 2)")
     p.add_argument("--data", default=common.DEFAULT_DATA, help="folder of the MNIST .gz IDX files")
     args = p.parse_args(argv)
     args.slowdowns = [float(s) for s in args.slowdowns.split(",")]

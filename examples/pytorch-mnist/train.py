@@ -180,6 +180,29 @@ def score(t: float, rank: int, accuracy: float, loss: float, samples: int, merge
             "samples": samples, "merges": merges}
 
 
+class Snapshots:
+    """Every ``every`` seconds, the model's weights saved to ``folder`` as
+    ``rank{R}-{K}.pt`` with the time, samples and merges, for score.py to
+    score after the run: a benchmark then pays no evaluations while it
+    trains. A folder of None saves nothing."""
+
+    def __init__(self, folder: str | None, every: float, rank: int):
+        self.folder, self.every, self.rank, self.count = folder, every, rank, 0
+        self.next = 0.0
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+
+    def maybe(self, t: float, model: nn.Module, samples: int, merges: int) -> None:
+        """Save a snapshot if one is due at ``t`` seconds into the run."""
+        if not self.folder or t < self.next:
+            return
+        path = os.path.join(self.folder, f"rank{self.rank}-{self.count:05d}.pt")
+        torch.save({"t": t, "rank": self.rank, "samples": samples, "merges": merges,
+                    "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}, path)
+        self.count += 1
+        self.next = t + self.every
+
+
 def batches(rng: np.random.Generator, n: int, batch: int):
     """Index batches over the shard, epoch after epoch, each epoch in a new
     order (full batches only)."""
@@ -227,6 +250,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-every", type=float, default=5.0, help="seconds between evaluations (0: only at the end)")
     p.add_argument("--eval-samples", type=int, default=2000, help="test images scored by each evaluation")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--snapshot-dir", help="save the weights here every --snapshot-every s, for score.py")
+    p.add_argument("--snapshot-every", type=float, default=2.0, help="seconds between snapshots (default 2)")
     p.add_argument("--shard-size", type=int, default=0,
                    help="train on only the first N samples of the shard (0: all of it)")
     p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the node's socket to appear")
@@ -260,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(base step {pacer.base * 1e3:.1f} ms)"
           + ("" if mesh is None else f", node {mesh.peer_id}, resumed {mesh.resumed}"), file=sys.stderr)
     samples = 0
+    snaps = Snapshots(args.snapshot_dir, args.snapshot_every, args.rank)
     with mesh if mesh is not None else contextlib.nullcontext():  # close: final push, bye
         start = time.monotonic()
         next_eval = start + args.eval_every
@@ -271,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             if mesh is not None:
                 mesh.step(len(idx), loss)
             now = time.monotonic()
+            snaps.maybe(now - start, model, samples, mesh.merges if mesh else 0)
             if args.eval_every > 0 and now >= next_eval:
                 accuracy, test_loss = evaluate(model, test_x, test_y)
                 if mesh is not None:
