@@ -44,7 +44,7 @@ def worker(rank: int, args: argparse.Namespace, init_file: str) -> None:
     test_x, test_y = common.eval_subset(data, args.eval_samples)
     net = common.make_model(args.seed)
     optimizer = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum)
-    pacer = common.Pacer(args.slowdowns[rank], net, optimizer, x, y, args.batch)  # before DDP hooks the model
+    pacer = common.Pacer(args.slowdowns[rank], net, optimizer, x, y, args.batch, args.base_step)  # before DDP hooks the model
     model = DistributedDataParallel(net)
     stop = torch.zeros(1)
     samples, reached = 0, None
@@ -93,6 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1, help="seed of the weights and shards (default 1)")
     p.add_argument("--eval-samples", type=int, default=2000, help="test images scored by each evaluation")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
+    p.add_argument("--base-step", type=float, default=0.0,
+                   help="the base step time in seconds that the slowdowns multiply (0: each rank times its own)")
     p.add_argument("--snapshot-dir", help="rank 0 saves the weights here every --snapshot-every s, for score.py")
     p.add_argument("--snapshot-every", type=float, default=2.0, help="seconds between snapshots (default 2)")
     p.add_argument("--data", default=common.DEFAULT_DATA, help="folder of the MNIST .gz IDX files")

@@ -144,9 +144,12 @@ class Pacer:
     WARMUP_STEPS = 2  # the first steps also warm up the allocator: not timed
 
     def __init__(self, slowdown: float, model: nn.Module, optimizer: torch.optim.Optimizer,
-                 x: torch.Tensor, y: torch.Tensor, batch: int):
+                 x: torch.Tensor, y: torch.Tensor, batch: int, base: float = 0.0):
         self.slowdown = slowdown
-        self.base = self._calibrate(model, optimizer, x, y, batch) if slowdown > 1 else 0.0
+        if base > 0 or slowdown <= 1:
+            self.base = base if slowdown > 1 else 0.0
+        else:
+            self.base = self._calibrate(model, optimizer, x, y, batch)
         self.step_time = slowdown * self.base
 
     def _calibrate(self, model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
@@ -250,6 +253,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-every", type=float, default=5.0, help="seconds between evaluations (0: only at the end)")
     p.add_argument("--eval-samples", type=int, default=2000, help="test images scored by each evaluation")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--base-step", type=float, default=0.0,
+                   help="the base step time in seconds that --slowdown multiplies (0: time a few solo steps at the "
+                        "start; give it to compare runs whose processes would time it on a busy machine)")
     p.add_argument("--snapshot-dir", help="save the weights here every --snapshot-every s, for score.py")
     p.add_argument("--snapshot-every", type=float, default=2.0, help="seconds between snapshots (default 2)")
     p.add_argument("--shard-size", type=int, default=0,
@@ -279,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     test_x, test_y = eval_subset(data, args.eval_samples)
     model = make_model(args.seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    pacer = Pacer(args.slowdown, model, optimizer, x, y, args.batch)
+    pacer = Pacer(args.slowdown, model, optimizer, x, y, args.batch, args.base_step)
     mesh = None if args.no_mesh else connect(model, optimizer, args)
     print(f"rank {args.rank}: {len(y)} training samples, slowdown {args.slowdown} "
           f"(base step {pacer.base * 1e3:.1f} ms)"
