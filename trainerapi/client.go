@@ -20,12 +20,10 @@ func (e *Error) Error() string { return fmt.Sprintf("node refused (%s): %s", e.C
 // Python client in python/ is the same protocol). Not safe for concurrent
 // use.
 type Client struct {
-	c      net.Conn
-	r      *bufio.Reader
-	w      *bufio.Writer
-	model  int
-	optLen int
-	last   []float32 // the last reply's payload
+	c    net.Conn
+	r    *bufio.Reader
+	w    *bufio.Writer
+	last []float32 // the last reply's payload
 }
 
 // Dial connects to addr ("unix:PATH" or "tcp:HOST:PORT") and says hello.
@@ -57,11 +55,9 @@ type Registered struct {
 
 // Register registers the trainer's model, optimizer state and run.
 func (c *Client) Register(s Spec) (Registered, error) {
-	model, opt, err := s.layouts()
-	if err != nil {
+	if _, _, err := s.layouts(); err != nil {
 		return Registered{}, err
 	}
-	c.model, c.optLen = model.Size(), opt.Size()
 	hdr := map[string]any{"op": "register", "run": s.Run, "tensors": s.Tensors, "optimizer": s.Optimizer,
 		"train_samples": s.TrainSamples, "batch": s.Batch, "holdout": s.Holdout}
 	var r Registered

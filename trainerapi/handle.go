@@ -17,7 +17,7 @@ import (
 // payload already skipped (the connection goes on); any other error is a
 // broken stream.
 func (ss *session) handle(raw rawRequest, payload uint64) (map[string]any, [][]float32, error) {
-	op := struct{ Op string }{opOf(raw)}
+	op := opOf(raw)
 	refuse := func(code, format string, a ...any) (map[string]any, [][]float32, error) {
 		if err := discard(ss.r, payload); err != nil {
 			return nil, nil, err
@@ -28,13 +28,13 @@ func (ss *session) handle(raw rawRequest, payload uint64) (map[string]any, [][]f
 		d := json.NewDecoder(bytes.NewReader(raw))
 		return d.Decode(v)
 	}
-	if !ss.hello && op.Op != "hello" {
-		return refuse(CodeBadRequest, "say hello first (got op %q)", op.Op)
+	if !ss.hello && op != "hello" {
+		return refuse(CodeBadRequest, "say hello first (got op %q)", op)
 	}
-	if op.Op != "push" && payload > 0 {
-		return refuse(CodeBadRequest, "op %q takes no payload (got %d bytes)", op.Op, payload)
+	if op != "push" && payload > 0 {
+		return refuse(CodeBadRequest, "op %q takes no payload (got %d bytes)", op, payload)
 	}
-	switch op.Op {
+	switch op {
 	case "hello":
 		var h helloReq
 		if err := decode(&h); err != nil {
@@ -58,13 +58,16 @@ func (ss *session) handle(raw rawRequest, payload uint64) (map[string]any, [][]f
 		}
 		return ss.register(spec)
 	case "bye":
+		// Released before the reply, so a trainer that starts right
+		// after the bye is answered registers at once.
+		ss.release()
 		return map[string]any{}, nil, nil
 	}
 	if ss.ext == nil {
-		return refuse(CodeNotRegistered, "op %q needs a registration first", op.Op)
+		return refuse(CodeNotRegistered, "op %q needs a registration first", op)
 	}
 	e := ss.ext
-	switch op.Op {
+	switch op {
 	case "push":
 		var p pushReq
 		if err := decode(&p); err != nil {
@@ -138,7 +141,7 @@ func (ss *session) handle(raw rawRequest, payload uint64) (map[string]any, [][]f
 		}
 		return map[string]any{}, nil, nil
 	}
-	return refuse(CodeBadRequest, "unknown op %q", op.Op)
+	return refuse(CodeBadRequest, "unknown op %q", op)
 }
 
 // register binds the session to the node, one trainer at a time.
@@ -161,12 +164,11 @@ func (ss *session) register(spec Spec) (map[string]any, [][]float32, error) {
 		}
 		return nil, nil, refusal(CodeMismatch, "%v", err)
 	}
-	s.holder, s.ext, ss.ext = ss, ext, ext
+	s.holder, ss.ext = ss, ext
 	ext.mu.Lock()
 	ext.srv = s
 	peerID := ext.peerID
 	ext.mu.Unlock()
-	s.regOnce.Do(func() { close(s.registered) })
 	ready, step, samples, run := ext.status()
 	s.log.Info("trainer registered", "run", spec.Run, "tensors", len(spec.Tensors), "parameters", ext.layout.Size(),
 		"optimizer_values", ext.optLen, "resume", ready)

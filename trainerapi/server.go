@@ -45,12 +45,9 @@ type Server struct {
 
 	regMu  sync.Mutex
 	holder *session // the registered trainer
-	ext    *External
 
 	rejMu      sync.Mutex
 	rejections map[string]int64
-	registered chan struct{} // closed at the first registration
-	regOnce    sync.Once
 
 	wg     sync.WaitGroup
 	ctx    context.Context
@@ -66,8 +63,7 @@ func Listen(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "trainerapi"), rejections: map[string]int64{},
-		registered: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "trainerapi"), rejections: map[string]int64{}}
 	kind, addr, ok := strings.Cut(cfg.Listen, ":")
 	if !ok || addr == "" {
 		return nil, fmt.Errorf("trainerapi: listen address %q: want unix:PATH or tcp:HOST:PORT", cfg.Listen)
@@ -127,9 +123,6 @@ func (s *Server) Addr() string {
 	}
 	return "tcp:" + s.ln.Addr().String()
 }
-
-// Registered is closed once a trainer has registered.
-func (s *Server) Registered() <-chan struct{} { return s.registered }
 
 // Connected reports whether a trainer is registered now.
 func (s *Server) Connected() bool {
