@@ -8,6 +8,8 @@ var (
 	// ErrBadStaleness is wrapped by every ParseStaleness and staleness
 	// constructor error.
 	ErrBadStaleness = errors.New("averaging: bad staleness function")
+	// ErrBadLag reports an unknown staleness measure.
+	ErrBadLag = errors.New("averaging: bad staleness measure")
 	// ErrBadMomentumPolicy reports an unknown optimizer-state policy.
 	ErrBadMomentumPolicy = errors.New("averaging: bad momentum policy")
 	// ErrLength reports vectors that should have the same length but do not.

@@ -30,17 +30,19 @@ func ExampleMerger_Merge() {
 	fp := params.NewFingerprint(params.MustLayout(params.TensorSpec{Name: "w", Shape: []int{2}}), "synthetic", "demo")
 	w := []float32{0, 10}
 	progress := params.Progress(640) // 10 steps of 64
-	remote := params.Snapshot{Fingerprint: fp, Progress: 448, Params: []float32{4, 2}}
+	remote := params.Snapshot{Fingerprint: fp, Progress: 480, Params: []float32{4, 2}}
 
-	m := averaging.DefaultMerger() // alpha 0.5, poly:0.5, momentum mix
+	// alpha 0.5, poly:0.5, lag relative, momentum mix: the remote model is
+	// 25% behind ours.
+	m := averaging.DefaultMerger()
 	out, err := m.Merge(averaging.Local{Fingerprint: fp, Params: w, Progress: &progress, Batch: 64}, remote, nil)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	fmt.Printf("staleness %v steps, weight %v\n", out.Staleness, out.Weight)
+	fmt.Printf("staleness %v, weight %.4f\n", out.Staleness, out.Weight)
 	fmt.Println("params", w, "progress", float64(progress))
 	// Output:
-	// staleness 3 steps, weight 0.25
-	// params [1 8] progress 592
+	// staleness 25, weight 0.0981
+	// params [0.39223227 9.215535] progress 624.3107091889453
 }

@@ -97,16 +97,18 @@ type Merger struct {
 	Alpha float64
 	// Staleness decays the weight of older models: a = Alpha * f(s).
 	Staleness Staleness
+	// Lag is how s is measured from the two models' progress.
+	Lag Lag
 	// Momentum says what a merge does to the local momentum buffer.
 	Momentum MomentumPolicy
 }
 
-// DefaultMerger returns Alpha = DefaultAlpha, Staleness = DefaultStaleness
-// and Momentum = DefaultMomentumPolicy.
+// DefaultMerger returns Alpha = DefaultAlpha, Staleness = DefaultStaleness,
+// Lag = DefaultLag and Momentum = DefaultMomentumPolicy.
 func DefaultMerger() Merger {
 	// Built directly so no error path exists; a test checks it equals
 	// ParseStaleness(DefaultStaleness).
-	return Merger{Alpha: DefaultAlpha, Staleness: polyStaleness{p: 0.5}, Momentum: DefaultMomentumPolicy}
+	return Merger{Alpha: DefaultAlpha, Staleness: polyStaleness{p: 0.5}, Lag: DefaultLag, Momentum: DefaultMomentumPolicy}
 }
 
 // Validate reports every bad field at once.
@@ -117,6 +119,9 @@ func (m Merger) Validate() error {
 	}
 	if m.Staleness == nil {
 		errs = append(errs, fmt.Errorf("%w: none set", ErrBadStaleness))
+	}
+	if !m.Lag.valid() {
+		errs = append(errs, fmt.Errorf("%w: %d", ErrBadLag, int(m.Lag)))
 	}
 	if !m.Momentum.valid() {
 		errs = append(errs, fmt.Errorf("%w: %d", ErrBadMomentumPolicy, int(m.Momentum)))
@@ -155,14 +160,14 @@ type Local struct {
 	// Params; nil when the optimizer keeps none.
 	Momentum []float32
 	Progress *params.Progress
-	// Batch is the local batch size in samples: staleness is counted in
-	// local steps of this size.
+	// Batch is the local batch size in samples: staleness (LagSteps) is
+	// counted in local steps of this size.
 	Batch int
 }
 
 // Outcome says what a merge did, for the caller to log and count.
 type Outcome struct {
-	// Staleness is s, in local steps, of the remote model.
+	// Staleness is s of the remote model, measured per Merger.Lag.
 	Staleness float64
 	// Decay is f(s).
 	Decay float64
@@ -218,7 +223,7 @@ func (m Merger) merge(local Local, remote params.Snapshot, remoteMomentum []floa
 	var s, f float64
 	if a < 0 {
 		var err error
-		if s, err = StalenessSteps(*local.Progress, remote.Progress, local.Batch); err != nil {
+		if s, err = m.Lag.Staleness(*local.Progress, remote.Progress, local.Batch); err != nil {
 			return Outcome{}, err
 		}
 		if f, a, err = m.weight(s); err != nil {

@@ -43,6 +43,13 @@ type Config struct {
 	// PlausibleFactor: a model beyond the radius whose own holdout loss
 	// exceeds ours times this plus LossSlack is refused as implausible.
 	PlausibleFactor float64
+	// ChanceLoss is the holdout loss of a model that knows nothing (ln K
+	// for a softmax over K classes; 0: unknown). A far model that scores
+	// below it on our holdout is never implausible, however low our own
+	// loss: on a label-skewed shard our own model's loss is far below
+	// what any honest model trained on other labels scores there, and
+	// judged against ours alone every honest peer looks like an attacker.
+	ChanceLoss float64
 	// Seed seeds the choice of merges validated at random.
 	Seed uint64
 	// NoHoldout: the trainer has no holdout (an external trainer that
@@ -74,6 +81,9 @@ func (c Config) Validate() error {
 		}
 		if c.Probation < 0 || c.ValidateEvery < 1 {
 			bad("probation %d must be >= 0 and validate-every %d >= 1", c.Probation, c.ValidateEvery)
+		}
+		if !(c.ChanceLoss >= 0) || math.IsInf(c.ChanceLoss, 0) {
+			bad("chance loss %v must be finite and >= 0", c.ChanceLoss)
 		}
 		if !(c.LossTolerance >= 0) || !(c.LossSlack >= 0) || !(c.PlausibleFactor >= 1) {
 			bad("loss tolerance %v and slack %v must be >= 0, plausible factor %v >= 1", c.LossTolerance, c.LossSlack, c.PlausibleFactor)
@@ -132,7 +142,7 @@ type Decision struct {
 	// Verdict is the evidence about the peer, when HasVerdict.
 	Verdict    reputation.Verdict
 	HasVerdict bool
-	// Staleness (our steps) and Weight (of the remote model) are the
+	// Staleness (per Merger.Lag) and Weight (of the remote model) are the
 	// merge's, computed once; Distance is ||remote - ours|| before any
 	// clipping (0 when not computed).
 	Staleness, Weight, Distance float64
@@ -247,7 +257,7 @@ func (c *Core) Decide(in Input) Decision {
 			if !ok {
 				return with(d, Decision{Reason: RefusedNoHoldout})
 			}
-			if theirs > before*c.cfg.PlausibleFactor+c.cfg.LossSlack {
+			if theirs > math.Max(before*c.cfg.PlausibleFactor+c.cfg.LossSlack, c.cfg.ChanceLoss) {
 				return with(d, refuse(RefusedImplausible, reputation.LossJump))
 			}
 			ownLoss = before
@@ -303,7 +313,7 @@ func (c *Core) Decide(in Input) Decision {
 // weigh computes the staleness and the weight of a merge the checks
 // passed: the only place they are computed.
 func (c *Core) weigh(in Input, d Decision) Decision {
-	s, err := averaging.StalenessSteps(in.Local.Progress, in.Remote.Progress, c.cfg.Batch)
+	s, err := c.cfg.Merger.Lag.Staleness(in.Local.Progress, in.Remote.Progress, c.cfg.Batch)
 	if err == nil {
 		d.Weight, err = c.cfg.Merger.Weight(s)
 	}

@@ -34,11 +34,15 @@ var (
 	otherFP = params.Fingerprint{2}
 )
 
+// testConfig measures staleness in steps, whose math the cases spell out;
+// TestDecideRelativeLag covers the default measure.
 func testConfig() Config {
 	rad := averaging.DefaultRadiusConfig()
 	rad.OutlierScale = 20
+	m := averaging.DefaultMerger()
+	m.Lag = averaging.LagSteps
 	return Config{
-		Merger: averaging.DefaultMerger(), Batch: batch, CatchUp: catchUp, Trust: true, Radius: rad,
+		Merger: m, Batch: batch, CatchUp: catchUp, Trust: true, Radius: rad,
 		Probation: 5, ValidateEvery: 16, LossTolerance: 2, LossSlack: 0.05, PlausibleFactor: 10, Seed: 1,
 	}
 }
@@ -908,4 +912,46 @@ func TestDecideNoHoldout(t *testing.T) {
 		Decision{Reason: RefusedFingerprint, HasVerdict: true, Verdict: reputation.FingerprintMismatch})
 	checkDecision(t, c.DecideCatchUp(Input{Peer: "p", Local: local(), Remote: snap(moved(-3), ownProg+5000), Now: t0, Loss: asked}),
 		Decision{Merge: true, Reason: Merged, Weight: 1})
+}
+
+// TestDecideChanceLoss: a far model scoring between PlausibleFactor times
+// our holdout loss and the loss of a uniform guess is an honest model of
+// other labels on a skewed shard: clipped and merged, not held against its
+// peer; above the chance loss it is still implausible.
+func TestDecideChanceLoss(t *testing.T) {
+	// As in TestDecide's "implausible": ours scores 32, the remote 431.
+	for _, tc := range []struct {
+		chance float64
+		want   Decision
+	}{
+		{0, Decision{Reason: RefusedImplausible, HasVerdict: true, Verdict: reputation.LossJump, Distance: 19, Validated: true}},
+		{400, Decision{Reason: RefusedImplausible, HasVerdict: true, Verdict: reputation.LossJump, Distance: 19, Validated: true}},
+		{500, Decision{Merge: true, Reason: MergedClipped, HasVerdict: true, Verdict: reputation.Clipped, Distance: 19,
+			Validated: true, Weight: weightAt(0)}},
+	} {
+		cfg := testConfig()
+		cfg.ChanceLoss = tc.chance
+		c := warmCore(t, cfg)
+		got := c.Decide(Input{Peer: "a", Local: local(), Remote: snap(moved(19), ownProg), Now: t0, Loss: goodLoss})
+		t.Run(fmt.Sprint("chance ", tc.chance), func(t *testing.T) { checkDecision(t, got, tc.want) })
+	}
+	for _, bad := range []float64{-1, math.NaN(), math.Inf(1)} {
+		cfg := testConfig()
+		cfg.ChanceLoss = bad
+		if _, err := New(cfg); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("ChanceLoss %v: New gave %v, want ErrBadConfig", bad, err)
+		}
+	}
+}
+
+// TestDecideRelativeLag: with the default measure the weight comes from how
+// far behind ours, in percent of our progress, the remote model is.
+func TestDecideRelativeLag(t *testing.T) {
+	cfg := testConfig()
+	cfg.Merger.Lag = averaging.LagRelative
+	c := warmCore(t, cfg)
+	// 3 steps of 16 behind our 16000 samples: 0.3%.
+	got := c.Decide(Input{Peer: "a", Local: local(), Remote: snap(moved(-1), ownProg-3*batch), Now: t0, Loss: goodLoss})
+	checkDecision(t, got, Decision{Merge: true, Reason: Merged, HasVerdict: true, Verdict: reputation.Accepted,
+		Staleness: 0.3, Weight: weightAt(0.3), Distance: 1, Validated: true})
 }

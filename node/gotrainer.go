@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 
 	"github.com/meshtrain/meshtrain/params"
@@ -109,6 +110,14 @@ func (g *goTrainer) HoldoutLoss(w []float32) (float64, bool, error) {
 	}
 	r, err := train.Evaluate(g.t.Model(), w, g.holdout, 0, 1)
 	return r.Loss, true, err
+}
+
+// ChanceLoss is the cross-entropy of a uniform guess over the classes.
+func (g *goTrainer) ChanceLoss() float64 {
+	if g.holdout == nil || g.holdout.Classes < 2 {
+		return 0
+	}
+	return math.Log(float64(g.holdout.Classes))
 }
 
 // Test scores w on the test set on one goroutine: it runs beside the

@@ -143,7 +143,7 @@ func NewWith(ctx context.Context, cfg Config, t Trainer, st store.Store, log *sl
 		return n, nil
 	}
 	n.holdout = hasHoldout(t)
-	core, err := merge.New(mergeConfig(cfg, trusting(cfg), n.holdout))
+	core, err := merge.New(mergeConfig(cfg, t, trusting(cfg)))
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 
-	"github.com/meshtrain/meshtrain/averaging"
 	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/reputation"
 	"github.com/meshtrain/meshtrain/store"
@@ -54,7 +53,7 @@ func (n *Node) Peers() []PeerStatus {
 		if p.Fingerprint != n.fp || p.Peer == n.id {
 			continue
 		}
-		s, _ := averaging.StalenessSteps(own, params.Progress(p.Progress), n.cfg.Train.Batch)
+		s, _ := n.cfg.Merger.Lag.Staleness(own, params.Progress(p.Progress), n.cfg.Train.Batch)
 		out = append(out, PeerStatus{
 			PeerID: p.Peer.String(), Addrs: append([]string{}, p.Addrs...), Mode: p.Mode, Step: p.Step,
 			Progress: p.Progress, Loss: p.Loss, Accuracy: p.Accuracy, SamplesPerSec: p.SamplesPerSec,

@@ -158,13 +158,14 @@ func newTrust(cfg TrustConfig) (*trust, error) {
 	return &trust{cfg: cfg, book: book}, nil
 }
 
-// mergeConfig is the merge core's configuration for a node: the merge
-// rule, and the checks when trust is on.
-func mergeConfig(c Config, trusting, holdout bool) merge.Config {
+// mergeConfig is the merge core's configuration for a node training with
+// tr: the merge rule, and the checks when trust is on (those that need a
+// holdout skipped when tr has none).
+func mergeConfig(c Config, tr Trainer, trusting bool) merge.Config {
 	t := c.Trust
 	return merge.Config{Merger: c.Merger, Batch: c.Train.Batch, CatchUp: c.CatchUp, Trust: trusting, Radius: t.Radius,
 		Probation: t.Probation, ValidateEvery: t.ValidateEvery, LossTolerance: t.LossTolerance, LossSlack: t.LossSlack,
-		PlausibleFactor: t.PlausibleFactor, Seed: c.Train.Seed, NoHoldout: !holdout}
+		PlausibleFactor: t.PlausibleFactor, ChanceLoss: chanceLoss(tr), Seed: c.Train.Seed, NoHoldout: !hasHoldout(tr)}
 }
 
 // HoldoutReporter is implemented by a trainer that may have no holdout
@@ -176,6 +177,22 @@ type HoldoutReporter interface {
 func hasHoldout(t Trainer) bool {
 	h, ok := t.(HoldoutReporter)
 	return !ok || h.HasHoldout()
+}
+
+// ChanceLossReporter is implemented by a trainer that knows the holdout
+// loss of a model that has learnt nothing (ln K for K classes): the trust
+// checks never call a model implausible below it (merge.Config.ChanceLoss).
+type ChanceLossReporter interface {
+	ChanceLoss() float64
+}
+
+func chanceLoss(t Trainer) float64 {
+	if r, ok := t.(ChanceLossReporter); ok {
+		if l := r.ChanceLoss(); l >= 0 && !math.IsInf(l, 0) {
+			return l
+		}
+	}
+	return 0
 }
 
 // count records a decision in the trust counters (the refusals by the

@@ -41,7 +41,11 @@ func trustNode(t *testing.T, st store.Store) *Node {
 	if n.trust, err = newTrust(cfg.Trust); err != nil {
 		t.Fatal(err)
 	}
-	core, err := merge.New(mergeConfig(cfg, true, true))
+	mc := mergeConfig(cfg, g, true)
+	if want := math.Log(10); mc.ChanceLoss != want || mc.NoHoldout {
+		t.Fatalf("merge config of a built-in trainer: chance loss %v, no holdout %v; want %v, false", mc.ChanceLoss, mc.NoHoldout, want)
+	}
+	core, err := merge.New(mc)
 	if err != nil {
 		t.Fatal(err)
 	}

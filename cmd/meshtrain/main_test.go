@@ -37,6 +37,7 @@ func TestBadFlagsAreOneLineAndExitTwo(t *testing.T) {
 		{"id", "x"},
 		{"version", "--x"},
 		{"node", "--trainer", "torch"},
+		{"node", "--staleness-lag", "age"},
 		{"node", "--trainer-listen", "unix:/tmp/x.sock"},
 		{"node", "--trainer", "external", "--mode", "sync"},
 		{"node", "--trainer", "external", "--no-data-dir"},

@@ -45,6 +45,8 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	avgInterval := fs.Duration("avg-interval", d.AvgInterval, "wall time between the merges this node starts")
 	alpha := fs.Float64("alpha", d.Merger.Alpha, "base merge weight a0 in (0,1]: a = a0 * f(staleness)")
 	staleness := fs.String("staleness", d.Merger.Staleness.String(), "staleness decay f: const, poly:P, exp:D or hinge:A,B")
+	lag := fs.String("staleness-lag", d.Merger.Lag.String(),
+		"how staleness is measured from the two models' progress: steps (our steps behind) or relative (percent of our progress behind)")
 	momentum := fs.String("momentum-policy", d.Merger.Momentum.String(), "optimizer momentum on merge: keep, reset or mix")
 	catchUp := fs.Float64("catch-up", d.CatchUp, "pull the model of a peer ahead by more than this many samples (0: never)")
 	trust := fs.Bool("trust", d.Trust.Enabled,
@@ -93,6 +95,9 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 		errs = append(errs, err.Error())
 	}
 	if cfg.Merger.Staleness, err = averaging.ParseStaleness(*staleness); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if cfg.Merger.Lag, err = averaging.ParseLag(*lag); err != nil {
 		errs = append(errs, err.Error())
 	}
 	if cfg.Merger.Momentum, err = averaging.ParseMomentumPolicy(*momentum); err != nil {
