@@ -1018,7 +1018,7 @@ func (b *bench) swarm(ctx context.Context, j job) (Run, error) {
 		return run, err
 	}
 	scoring := time.Now()
-	traces, err := ScoreSnapshots(ctx, snapDir, peers, c.Nodes, test, t0, runtime.NumCPU())
+	traces, consensus, err := ScoreSnapshots(ctx, snapDir, peers, c.Nodes, test, t0, runtime.NumCPU())
 	if err != nil {
 		return run, err
 	}
@@ -1029,7 +1029,7 @@ func (b *bench) swarm(ctx context.Context, j job) (Run, error) {
 	for i := range traces {
 		traces[i].Slowdown = c.slowdowns()[i]
 	}
-	run.Traces = traces
+	run.Traces, run.Consensus = traces, consensus
 	fixed := j.fixedWall
 	if fixed == 0 {
 		fixed = run.WallS

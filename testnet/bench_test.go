@@ -207,7 +207,29 @@ func fakeRun(mode string, seed uint64, reaches []float64, rate, busy, wall float
 		r.Traces = append(r.Traces, fakeTrace(i, reach, rate, busy, wall))
 		r.NodeExitS, r.NodeFinished = append(r.NodeExitS, wall), append(r.NodeFinished, true)
 	}
+	r.Consensus = fakeConsensus(mode, float64(seed), wall)
 	return r
+}
+
+// fakeConsensus is a consensus series every 0.5 s from a common start
+// (distance 0): gossip's shrinks as 0.01 seed / (1+t) (gossip-const's
+// twice that), local's grows as 0.1 t, sync's stays 0.
+func fakeConsensus(mode string, seed, wall float64) []ConsensusPoint {
+	var c []ConsensusPoint
+	for t := 0.0; t <= wall+1e-9; t += 0.5 {
+		var d float64
+		switch {
+		case t == 0 || mode == ModeSync:
+		case mode == ModeGossip:
+			d = 0.01 * seed / (1 + t)
+		case mode == ModeGossipConst:
+			d = 0.02 * seed / (1 + t)
+		case mode == ModeLocal:
+			d = 0.1 * t
+		}
+		c = append(c, ConsensusPoint{T: t, Distance: d})
+	}
+	return c
 }
 
 func TestAnalyzeRun(t *testing.T) {
@@ -546,7 +568,7 @@ func TestScoreSnapshotsBuildsTracesInOrder(t *testing.T) {
 	writeSnap(t, dir, "peerA", 0, t0, model, zero, 0, false)
 	writeSnap(t, dir, "peerB", 0, t0.Add(time.Second), model, zero, 100, false)
 	writeSnap(t, dir, "peerA", 1, t0.Add(1500*time.Millisecond), model, trained, 200, true)
-	traces, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, 2)
+	traces, _, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -569,13 +591,13 @@ func TestScoreSnapshotsBuildsTracesInOrder(t *testing.T) {
 	}
 
 	// A stranger's snapshot, or a node that left only one, is an error.
-	if _, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0}, 2, test, t0, 1); !errors.Is(err, ErrBench) {
+	if _, _, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0}, 2, test, t0, 1); !errors.Is(err, ErrBench) {
 		t.Errorf("unknown writer: %v", err)
 	}
 	// So is a node whose last snapshot is not the one it took as it
 	// stopped: holding it would misstate the model it ended with.
 	writeSnap(t, dir, "peerA", 2, t0.Add(1700*time.Millisecond), model, zero, 210, false)
-	_, err = ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, 1)
+	_, _, err = ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, 1)
 	if !errors.Is(err, ErrBench) || !strings.Contains(err.Error(), "node 0's last snapshot") {
 		t.Errorf("a node with no final snapshot: %v", err)
 	}
@@ -585,7 +607,7 @@ func TestScoreSnapshotsBuildsTracesInOrder(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "snap-peerB-000001.safetensors")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, 1); !errors.Is(err, ErrBench) {
+	if _, _, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, 1); !errors.Is(err, ErrBench) {
 		t.Errorf("a node with one snapshot: %v", err)
 	}
 }
@@ -612,12 +634,12 @@ func TestWriteAllWritesReportAndPlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"meshtrain bench --fake", "2 CPUs", "8.0 GiB", "| gossip | 2.25 s", "not reached",
-		BarGossipOverIdeal, "failed: testnet: bench: node 1 exited", AccuracyPlot} {
+		BarGossipOverIdeal, "failed: testnet: bench: node 1 exited", AccuracyPlot, "![consensus distance vs wall time](consensus.png)"} {
 		if !strings.Contains(string(report), want) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
-	for _, name := range []string{AccuracyPlot, BusyPlot, TimePlot} {
+	for _, name := range []string{AccuracyPlot, BusyPlot, TimePlot, ConsensusPlot} {
 		f, err := os.Open(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)

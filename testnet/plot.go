@@ -149,6 +149,98 @@ func PlotAccuracy(r *Results, path string) error {
 	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
 }
 
+// PlotConsensus draws each mode's consensus distance vs wall time (the
+// median over seeds, see ConsensusCurve), on PlotAccuracy's log time axis
+// and a log distance axis (a zero distance, identical models, has no place
+// on it: the line breaks there; the axis is linear when every distance is
+// zero). It writes nothing when no run has a consensus series (results from
+// before it was measured).
+func PlotConsensus(r *Results, path string) error {
+	type curve struct {
+		mode string
+		t, d []float64
+	}
+	end, x0 := plotEnd(r), r.Settings.SnapshotS
+	var curves []curve
+	lo, hi := math.Inf(1), 0.0
+	for _, mode := range r.Settings.Modes {
+		t, d := ConsensusCurve(r.Runs, mode, end, r.Settings.SnapshotS)
+		if len(t) > 0 && t[0] == 0 {
+			t, d = t[1:], d[1:] // a log axis has no 0
+		}
+		if len(t) == 0 {
+			continue
+		}
+		curves = append(curves, curve{mode: mode, t: t, d: d})
+		for _, v := range d {
+			if v > 0 {
+				lo, hi = min(lo, v), max(hi, v)
+			}
+		}
+	}
+	if len(curves) == 0 {
+		return nil
+	}
+	logY := hi > 0
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Consensus distance (mean squared distance of the models to their average) vs wall time\n"+
+		"(%d nodes at %s, median of %d seed(s))",
+		r.Settings.Nodes, joinG(r.Settings.Slowdowns), len(r.Settings.Seeds))
+	p.X.Label.Text = "wall time since the common start (s, log scale)"
+	p.Y.Label.Text = "consensus distance"
+	if logY {
+		p.Y.Label.Text += " (log scale)"
+	}
+	p.Legend.Top = true
+	for _, c := range curves {
+		var lines []plotter.XYs
+		var seg plotter.XYs
+		for k, t := range c.t {
+			if logY && !(c.d[k] > 0) {
+				if len(seg) > 0 {
+					lines, seg = append(lines, seg), nil
+				}
+				continue
+			}
+			seg = append(seg, plotter.XY{X: t, Y: c.d[k]})
+		}
+		if len(seg) > 0 {
+			lines = append(lines, seg)
+		}
+		label := c.mode
+		if len(lines) == 0 {
+			// Not drawn, but named: every model of the mode was identical.
+			lines, label = []plotter.XYs{xys(c.t, c.d)}, c.mode+" (0 throughout)"
+		}
+		for k, xy := range lines {
+			l, err := plotter.NewLine(xy)
+			if err != nil {
+				return err
+			}
+			l.Color, l.Width = modeColors[c.mode], vg.Points(1.5)
+			if k == 0 {
+				p.Legend.Add(label, l)
+			}
+			if label != c.mode {
+				break
+			}
+			p.Add(l)
+		}
+	}
+	p.Add(plotter.NewGrid())
+	p.X.Min, p.X.Max = x0, end
+	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	if logY {
+		// Whole decades, so the axis has labelled ticks, and one more on top
+		// for the legend.
+		p.Y.Min, p.Y.Max = math.Pow(10, math.Floor(math.Log10(lo))), 10*math.Pow(10, math.Ceil(math.Log10(hi)))
+		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	} else {
+		p.Y.Min, p.Y.Max = 0, 1
+	}
+	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
+}
+
 // PlotBusy draws the busy fraction of every node in every mode (medians
 // over seeds), grouped by node.
 func PlotBusy(r *Results, path string) error {
@@ -262,10 +354,11 @@ func zeroIfNil(p *float64) float64 {
 	return *p
 }
 
-// WritePlots writes the three PNGs into dir.
+// WritePlots writes the PNGs into dir: accuracy, busy fraction, time to
+// target, and consensus distance when the runs recorded it.
 func WritePlots(dir string, r *Results) error {
 	for name, f := range map[string]func(*Results, string) error{
-		AccuracyPlot: PlotAccuracy, BusyPlot: PlotBusy, TimePlot: PlotTimes,
+		AccuracyPlot: PlotAccuracy, BusyPlot: PlotBusy, TimePlot: PlotTimes, ConsensusPlot: PlotConsensus,
 	} {
 		if err := f(r, filepath.Join(dir, name)); err != nil {
 			return fmt.Errorf("%w: plot %s: %w", ErrBench, name, err)

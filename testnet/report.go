@@ -154,6 +154,8 @@ func WriteReport(w io.Writer, r *Results) error {
 		"cluster samples/s gossip / sync %s (the profile's structural ratio is %.2fx).\n", times(q.GossipOverSync),
 		times(q.GossipOverSyncPace), times(q.GossipOverIdeal), times(q.ThroughputGossipOverSync), q.StructuralThroughput)
 
+	writeConsensus(&b, r)
+
 	p("\n## Bars\n\n| claim | want | measured | pass |\n|---|---|---|---|\n")
 	for _, bar := range r.Bars {
 		verdict := "no"
@@ -175,8 +177,49 @@ func WriteReport(w io.Writer, r *Results) error {
 	}
 	p("\n## Plots\n\n![accuracy vs wall time](%s)\n\n![busy fraction per node](%s)\n\n![time to target](%s)\n",
 		AccuracyPlot, BusyPlot, TimePlot)
+	if hasConsensus(r) {
+		p("\n![consensus distance vs wall time](%s)\n", ConsensusPlot)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// hasConsensus tells whether any report run recorded its consensus
+// distance (PlotConsensus draws nothing otherwise).
+func hasConsensus(r *Results) bool {
+	for _, run := range r.Runs {
+		if run.Error == "" && len(run.Consensus) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// writeConsensus is the report's line on consensus distance: each mode's
+// median at the time every node reached the target (at W in a run that did
+// not), and the plot.
+func writeConsensus(b *strings.Builder, r *Results) {
+	if !hasConsensus(r) {
+		return
+	}
+	var parts []string
+	for _, mode := range r.Settings.Modes {
+		d, n, atW := ConsensusAtTarget(r.Runs, mode)
+		if n == 0 {
+			continue
+		}
+		where := ""
+		switch {
+		case atW == n:
+			where = " (at W)"
+		case atW > 0:
+			where = fmt.Sprintf(" (%d of %d at W)", atW, n)
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2e%s", mode, d, where))
+	}
+	fmt.Fprintf(b, "\nConsensus distance (the mean squared distance of the nodes' models to their average, over time in `%s`), "+
+		"median over seeds at the time every node reached the target, or at W in a run that did not: %s.\n",
+		ConsensusPlot, strings.Join(parts, ", "))
 }
 
 func writeRunTable(b *strings.Builder, runs []Run) {

@@ -203,6 +203,11 @@ type Run struct {
 	Merges              []int64   `json:"merges"`
 	NetworkWaitS        []float64 `json:"network_wait_s"`
 	Traces              []Trace   `json:"traces"`
+	// Consensus is the nodes' consensus distance over time (see
+	// ConsensusPoint), at every snapshot instant from the first at which
+	// every node had a snapshot; absent in results from before it was
+	// measured.
+	Consensus []ConsensusPoint `json:"consensus,omitempty"`
 	// The harness's own time: starting the swarm, and scoring snapshots.
 	SetupS   float64 `json:"setup_s"`
 	ScoringS float64 `json:"scoring_s"`
@@ -402,6 +407,9 @@ func (r *Results) Validate() error {
 			if err := tr.Validate(); err != nil {
 				errs = append(errs, fmt.Errorf("%w: run %d (%s seed %d): %w", ErrBadResults, i, run.Mode, run.Seed, err))
 			}
+		}
+		if err := validateConsensus(run.Consensus); err != nil {
+			errs = append(errs, fmt.Errorf("%w: run %d (%s seed %d): %w", ErrBadResults, i, run.Mode, run.Seed, err))
 		}
 		if (run.TimeToTargetS == nil) != (run.SamplesToTarget == nil) {
 			bad("run %d (%s seed %d): time and samples to target disagree on whether it was reached", i, run.Mode, run.Seed)

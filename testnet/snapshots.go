@@ -1,8 +1,12 @@
 package testnet
 
 import (
+	"cmp"
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -61,63 +65,124 @@ func parseSnapshotMeta(meta map[string]string) (snapshotMeta, error) {
 }
 
 // ScoreSnapshots scores every snapshot in dir on test, with workers
-// goroutines, and returns one trace per node, in time order. peers maps a
-// writer's peer ID to its node index (0..nodes-1); times are seconds
-// since t0. Every node must have left at least two snapshots (the first,
-// at the start, and the final one), and its last must be the final one:
-// a trace holds its last point after it ends (AccuracyAt, SamplesAt), which
-// is right only for the model the node ended with.
+// goroutines, and returns one trace per node, in time order, and the
+// nodes' consensus distance over time (see ConsensusPoint): one point at
+// every snapshot instant from the first at which every node has a
+// snapshot. peers maps a writer's peer ID to its node index (0..nodes-1);
+// times are seconds since t0. Every node must have left at least two
+// snapshots (the first, at the start, and the final one), and its last
+// must be the final one: a trace holds its last point after it ends
+// (AccuracyAt, SamplesAt), which is right only for the model the node ended
+// with.
+//
+// The snapshots are scored in time order, and their models folded into the
+// consensus distance as they come, so at most one model per node and a few
+// per worker are held at once, not a run's snapshots.
 func ScoreSnapshots(ctx context.Context, dir string, peers map[string]int, nodes int, test *train.Dataset,
-	t0 time.Time, workers int) ([]Trace, error) {
+	t0 time.Time, workers int) ([]Trace, []ConsensusPoint, error) {
 	files, err := filepath.Glob(filepath.Join(dir, node.SnapshotGlob))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	// The headers first, for the time order.
+	type snapFile struct {
+		path string
+		node int
+		meta snapshotMeta
+	}
+	snaps := make([]snapFile, 0, len(files))
+	for _, path := range files {
+		m, err := readSnapshotMeta(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		idx, ok := peers[m.peer]
+		if !ok {
+			return nil, nil, fmt.Errorf("%w: %s was written by %q, not a node of this run", ErrBench, path, m.peer)
+		}
+		if idx < 0 || idx >= nodes {
+			return nil, nil, fmt.Errorf("%w: snapshot of node %d in a run of %d", ErrBench, idx, nodes)
+		}
+		snaps = append(snaps, snapFile{path: path, node: idx, meta: m})
+	}
+	slices.SortFunc(snaps, func(a, b snapFile) int {
+		return cmp.Or(cmp.Compare(a.meta.unixNano, b.meta.unixNano), cmp.Compare(a.node, b.node), cmp.Compare(a.meta.seq, b.meta.seq))
+	})
+
+	// Workers score in parallel; this goroutine takes their results in
+	// time order. window bounds the snapshots scored but not yet taken.
+	type result struct {
+		s   snapshotMeta
+		w   []float32
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	workers = max(1, workers)
+	done := make([]chan result, len(snaps))
+	for i := range done {
+		done[i] = make(chan result, 1)
+	}
+	window := make(chan struct{}, 2*workers)
+	jobs := make(chan int)
+	var models sync.Map // spec -> *train.Model; Evaluate only reads a model
+	for range workers {
+		wg.Go(func() {
+			for i := range jobs {
+				s, w, err := scoreFile(snaps[i].path, test, &models)
+				done[i] <- result{s: s, w: w, err: err}
+			}
+		})
+	}
+	wg.Go(func() {
+		defer close(jobs)
+		for i := range snaps {
+			select {
+			case window <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case jobs <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
 	type scored struct {
 		node  int
 		seq   int
 		final bool
 		p     Point
 	}
-	out := make([]scored, len(files))
-	errs := make([]error, len(files))
-	var models sync.Map // spec -> *train.Model; Evaluate only reads a model
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for range max(1, workers) {
-		wg.Go(func() {
-			for i := range jobs {
-				s, err := scoreFile(files[i], test, &models)
-				if err != nil {
-					errs[i] = err
-					continue
-				}
-				idx, ok := peers[s.peer]
-				if !ok {
-					errs[i] = fmt.Errorf("%w: %s was written by %q, not a node of this run", ErrBench, files[i], s.peer)
-					continue
-				}
-				s.point.T = float64(s.unixNano-t0.UnixNano()) / 1e9
-				out[i] = scored{node: idx, seq: s.seq, final: s.final, p: s.point}
-			}
-		})
-	}
-feed:
-	for i := range files {
+	out := make([]scored, len(snaps))
+	cons := newConsensusSet(nodes)
+	var consensus []ConsensusPoint
+	for i, f := range snaps {
+		var r result
 		select {
-		case jobs <- i:
+		case r = <-done[i]:
 		case <-ctx.Done():
-			break feed
+			return nil, nil, ctx.Err()
 		}
-	}
-	close(jobs)
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
+		<-window
+		if r.err != nil {
+			return nil, nil, r.err
+		}
+		if r.s.peer != f.meta.peer || r.s.seq != f.meta.seq || r.s.unixNano != f.meta.unixNano {
+			return nil, nil, fmt.Errorf("%w: %s changed while it was scored", ErrBench, f.path)
+		}
+		r.s.point.T = float64(r.s.unixNano-t0.UnixNano()) / 1e9
+		out[i] = scored{node: f.node, seq: r.s.seq, final: r.s.final, p: r.s.point}
+		if err := cons.set(f.node, r.w); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", f.path, err)
+		}
+		if i+1 < len(snaps) && snaps[i+1].meta.unixNano == f.meta.unixNano {
+			continue // the distance once every snapshot of this instant is in
+		}
+		if d, ok := cons.distance(); ok {
+			consensus = append(consensus, ConsensusPoint{T: r.s.point.T, Distance: d})
 		}
 	}
 	traces := make([]Trace, nodes)
@@ -128,9 +193,6 @@ feed:
 		traces[i].Node = i
 	}
 	for _, s := range out {
-		if s.node < 0 || s.node >= nodes {
-			return nil, fmt.Errorf("%w: snapshot of node %d in a run of %d", ErrBench, s.node, nodes)
-		}
 		traces[s.node].Points = append(traces[s.node].Points, s.p)
 		seqs[s.node] = append(seqs[s.node], s.seq)
 		if len(seqs[s.node]) == 1 || s.seq > lastSeq[s.node] {
@@ -149,46 +211,83 @@ feed:
 		}
 		traces[i].Points = pts
 		if len(pts) < 2 {
-			return nil, fmt.Errorf("%w: node %d left %d snapshots in %s, want at least 2", ErrBench, i, len(pts), dir)
+			return nil, nil, fmt.Errorf("%w: node %d left %d snapshots in %s, want at least 2", ErrBench, i, len(pts), dir)
 		}
 		if !lastFinal[i] {
-			return nil, fmt.Errorf("%w: node %d's last snapshot in %s is not its final one (it did not stop cleanly)", ErrBench, i, dir)
+			return nil, nil, fmt.Errorf("%w: node %d's last snapshot in %s is not its final one (it did not stop cleanly)", ErrBench, i, dir)
 		}
 		if err := traces[i].Validate(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return traces, nil
+	if err := validateConsensus(consensus); err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %w", ErrBench, dir, err)
+	}
+	return traces, consensus, nil
 }
 
-// scoreFile reads one snapshot and scores it.
-func scoreFile(path string, test *train.Dataset, models *sync.Map) (snapshotMeta, error) {
+// readSnapshotMeta reads a snapshot's metadata from the safetensors header
+// (params.WriteSafetensors' layout: an 8-byte little-endian length, then
+// JSON with the metadata under "__metadata__"), not its model.
+func readSnapshotMeta(path string) (snapshotMeta, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return snapshotMeta{}, err
 	}
 	defer f.Close()
+	var n [8]byte
+	if _, err := io.ReadFull(f, n[:]); err != nil {
+		return snapshotMeta{}, fmt.Errorf("%w: %s: header length: %w", ErrBench, path, err)
+	}
+	hl := binary.LittleEndian.Uint64(n[:])
+	if hl == 0 || hl > params.MaxSafetensorsHeader {
+		return snapshotMeta{}, fmt.Errorf("%w: %s: header length %d out of range", ErrBench, path, hl)
+	}
+	hb := make([]byte, hl)
+	if _, err := io.ReadFull(f, hb); err != nil {
+		return snapshotMeta{}, fmt.Errorf("%w: %s: header: %w", ErrBench, path, err)
+	}
+	var h struct {
+		Meta map[string]string `json:"__metadata__"`
+	}
+	if err := json.Unmarshal(hb, &h); err != nil {
+		return snapshotMeta{}, fmt.Errorf("%w: %s: header: %w", ErrBench, path, err)
+	}
+	s, err := parseSnapshotMeta(h.Meta)
+	if err != nil {
+		return s, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// scoreFile reads one snapshot and scores it; it returns the model too.
+func scoreFile(path string, test *train.Dataset, models *sync.Map) (snapshotMeta, []float32, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return snapshotMeta{}, nil, err
+	}
+	defer f.Close()
 	layout, w, meta, err := params.ReadSafetensors(f, 0)
 	if err != nil {
-		return snapshotMeta{}, fmt.Errorf("%w: %s: %w", ErrBench, path, err)
+		return snapshotMeta{}, nil, fmt.Errorf("%w: %s: %w", ErrBench, path, err)
 	}
 	s, err := parseSnapshotMeta(meta)
 	if err != nil {
-		return s, fmt.Errorf("%s: %w", path, err)
+		return s, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	var m *train.Model
 	if v, ok := models.Load(s.model); ok {
 		m = v.(*train.Model)
 	} else {
 		if m, err = train.ModelFromLayout(s.model, layout); err != nil {
-			return s, fmt.Errorf("%w: %s: %w", ErrBench, path, err)
+			return s, nil, fmt.Errorf("%w: %s: %w", ErrBench, path, err)
 		}
 		models.Store(s.model, m)
 	}
 	r, err := train.Evaluate(m, w, test, 0, 1)
 	if err != nil {
-		return s, fmt.Errorf("%w: %s: %w", ErrBench, path, err)
+		return s, nil, fmt.Errorf("%w: %s: %w", ErrBench, path, err)
 	}
 	s.point.Accuracy = r.Accuracy
-	return s, nil
+	return s, w, nil
 }

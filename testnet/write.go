@@ -13,6 +13,9 @@ const (
 	AccuracyPlot = "accuracy.png"
 	BusyPlot     = "busy.png"
 	TimePlot     = "time_to_target.png"
+	// ConsensusPlot is written only when a run recorded its consensus
+	// distance (not from results that predate it).
+	ConsensusPlot = "consensus.png"
 )
 
 // WriteAll writes results.json, report.md and the plots to dir.
