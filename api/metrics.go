@@ -56,7 +56,7 @@ func newCollector(src Source, log *slog.Logger) *collector {
 		uptime:          d("uptime_seconds", "Wall time since the node started."),
 		ckptStep:        d("checkpoint_step", "Step of the latest checkpoint written by this process."),
 		ckptTime:        d("checkpoint_timestamp_seconds", "Unix time of the latest checkpoint written by this process."),
-		mergeStaleness:  d("last_merge_staleness_steps", "Staleness of the model in the latest merge, in this node's steps."),
+		mergeStaleness:  d("last_merge_staleness_steps", "Staleness of the model in the latest merge, as --staleness-lag measures it: percent of this node's progress (the default) or its steps."),
 		mergeWeight:     d("last_merge_weight", "Weight given to the remote model in the latest merge."),
 		mergesRefused:   d("merges_refused_total", "Peer models refused by the trust checks, by reason (outlier, loss_jump, non_finite, ignored).", "reason"),
 		mergesClipped:   d("merges_clipped_total", "Merges applied after clipping the remote model to the radius."),

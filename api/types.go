@@ -50,7 +50,7 @@ type StatusResponse struct {
 // MergeInfo is the latest merge of a status.
 type MergeInfo struct {
 	Partner   string    `json:"partner"`
-	Staleness float64   `json:"staleness"` // in this node's steps
+	Staleness float64   `json:"staleness"` // as --staleness-lag measures it: percent of our progress or our steps
 	Weight    float64   `json:"weight"`    // of the remote model
 	Inbound   bool      `json:"inbound"`   // the peer started the exchange
 	Time      time.Time `json:"time"`
@@ -122,7 +122,7 @@ type PeerStatus struct {
 	Loss          float64  `json:"loss"`
 	Accuracy      float64  `json:"accuracy"`
 	SamplesPerSec float64  `json:"samples_per_s"`
-	Staleness     float64  `json:"staleness"` // in this node's steps
+	Staleness     float64  `json:"staleness"` // as --staleness-lag measures it: percent of our progress or our steps
 	// Reputation is nil with --trust=false.
 	Reputation      *float64         `json:"reputation"`
 	ReputationState string           `json:"reputation_state,omitempty"` // ok, ignored, disconnected, banned

@@ -162,7 +162,7 @@ func printStatus(w io.Writer, st api.StatusResponse, now time.Time) {
 		if m.Inbound {
 			dir = "from"
 		}
-		row("last merge", "%s %s, staleness %.2f steps, weight %.3f, %s ago", dir, short(m.Partner), m.Staleness, m.Weight,
+		row("last merge", "%s %s, staleness %.2f, weight %.3f, %s ago", dir, short(m.Partner), m.Staleness, m.Weight,
 			secs(now.Sub(m.Time).Seconds()))
 	}
 	if c := st.LastCheckpoint; c != nil {

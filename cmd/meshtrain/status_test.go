@@ -76,7 +76,7 @@ func TestStatusTable(t *testing.T) {
 			"12D3KooWHxkqBTjZqZ8yDyGGpdhhKpsZBVmWJ5NsS8BLVnqL7N6v", "main (mode gossip, profile local)", "1,234 (epoch 2)",
 			"78,976 samples", "0.3125", "91.25%", "3,457 samples/s, busy 97.0%", "2 (57 merges, 1 catch-ups)",
 			"40 started, 38 served, 4 failed (1 timed out), 2 inbound dropped", "117.7 MiB sent, 94.2 MiB received",
-			"3 (checksum 2, stale 1)", "from …tKm5XXP8mA, staleness 1.50 steps, weight 0.312", "#7 at step 1,200",
+			"3 (checksum 2, stale 1)", "from …tKm5XXP8mA, staleness 1.50, weight 0.312", "#7 at step 1,200",
 			"/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWHxkqBTjZqZ8yDyGGpdhhKpsZBVmWJ5NsS8BLVnqL7N6v\n",
 		} {
 			if !strings.Contains(out, want) {
