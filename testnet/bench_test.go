@@ -531,14 +531,7 @@ func writeSnap(t *testing.T, dir, peer string, seq int, at time.Time, model *tra
 }
 
 func TestScoreSnapshotsBuildsTracesInOrder(t *testing.T) {
-	_, test, err := train.LoadData(train.DatasetSynthetic, "", 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := train.ParseModel("softmax", test.Dim, test.Classes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	model, test := consensusModel(t)
 	// Two models: zeros (every class tied) and a trained one.
 	zero := make([]float32, model.Size())
 	trainSet, _, _ := train.LoadData(train.DatasetSynthetic, "", 3)

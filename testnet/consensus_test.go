@@ -16,7 +16,7 @@ import (
 )
 
 // consensusModel is a small model on the synthetic test set, for snapshot
-// files.
+// files (the consensus and the trace tests).
 func consensusModel(t *testing.T) (*train.Model, *train.Dataset) {
 	t.Helper()
 	_, test, err := train.LoadData(train.DatasetSynthetic, "", 3)
