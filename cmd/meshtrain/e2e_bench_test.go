@@ -79,7 +79,12 @@ func TestBenchQuick(t *testing.T) {
 		t.Errorf("gossip %.0f samples/s is %.2fx sync's %.0f, want >= 2x (structural %.2fx)",
 			*g.SamplesPerS, ratio, *s.SamplesPerS, res.Ratios.StructuralThroughput)
 	}
-	for _, name := range []string{testnet.ReportFile, testnet.AccuracyPlot, testnet.BusyPlot, testnet.TimePlot} {
+	for _, r := range res.Runs {
+		if r.Mode == testnet.ModeGossip && len(r.Consensus) == 0 {
+			t.Errorf("gossip seed %d: no consensus distance recorded", r.Seed)
+		}
+	}
+	for _, name := range []string{testnet.ReportFile, testnet.AccuracyPlot, testnet.BusyPlot, testnet.TimePlot, testnet.ConsensusPlot} {
 		if st, err := os.Stat(filepath.Join(out, name)); err != nil || st.Size() == 0 {
 			t.Errorf("%s missing or empty (%v)", name, err)
 		}
