@@ -65,6 +65,9 @@ type Config struct {
 	// than this many samples of progress, pull its model instead of
 	// merging (a late joiner or a node restarted far behind). 0 disables.
 	CatchUp float64
+	// LRScaling: whether gossip scales the learning rate by the node's
+	// speed (lrscale.go).
+	LRScaling LRScaling
 	// MaxUpload caps the bytes/s this node sends (0: no cap).
 	MaxUpload int
 	// Trust defends the model against broken and hostile peers (gossip
@@ -152,6 +155,7 @@ func DefaultConfig() Config {
 		ExchangeTimeout: 30 * time.Second,
 		Merger:          averaging.DefaultMerger(),
 		CatchUp:         60000,
+		LRScaling:       LRScalingNone,
 		Trust:           DefaultTrustConfig(),
 		SyncTimeout:     10 * time.Second,
 		CheckpointEvery: 30 * time.Second,
@@ -247,6 +251,9 @@ func (c Config) Validate() error {
 		ac.Fingerprint, ac.Network = params.Fingerprint{1}, c.Host.Network
 		sub("exchange settings", ex.Validate())
 		sub("announce settings", ac.Validate())
+		if _, err := ParseLRScaling(string(c.LRScaling)); err != nil && c.LRScaling != "" {
+			bad("%v", err)
+		}
 		if c.CatchUp < 0 {
 			bad("catch-up %v: must be >= 0", c.CatchUp)
 		}

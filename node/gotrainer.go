@@ -103,6 +103,7 @@ func (g *goTrainer) Fingerprint() params.Fingerprint { return g.t.Fingerprint() 
 func (g *goTrainer) Layout() params.Layout           { return g.t.Model().Layout() }
 func (g *goTrainer) Info() TrainerInfo               { return g.info }
 func (g *goTrainer) SetClock(samples float64)        { g.t.SetClock(samples) }
+func (g *goTrainer) SetLRScale(x float64)            { g.t.SetLRScale(x) }
 
 func (g *goTrainer) HoldoutLoss(w []float32) (float64, bool, error) {
 	if g.holdout == nil {

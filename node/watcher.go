@@ -54,6 +54,7 @@ func (n *Node) observeClock(now time.Time) {
 			Estimate: p.RunSamples, Seen: p.SeenAt})
 	}
 	n.clock.observe(now, n.trainer.Stats().SamplesPerSec, obs)
+	n.scaleLR(obs)
 }
 
 // checkAlone updates the lone-node diagnosis: once the trainer has run

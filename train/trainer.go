@@ -74,6 +74,9 @@ type Trainer struct {
 	// model's progress.
 	runPos    atomic.Uint64
 	runPosSet atomic.Bool
+	// lrScale multiplies the schedule's rate (float64 bits; 0 stands for
+	// 1), set by SetLRScale.
+	lrScale atomic.Uint64
 }
 
 // StepStats describes one step.
@@ -252,7 +255,7 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 		t.stepMu.Unlock()
 		return StepStats{}, err
 	}
-	lr := t.cfg.LR * t.sched.Factor(t.position()+params.Progress(b))
+	lr := t.cfg.LR * t.sched.Factor(t.position()+params.Progress(b)) * t.scale()
 	st := StepStats{Epoch: t.epoch, Batch: b, Loss: loss, LR: lr}
 
 	t.mu.Lock()
@@ -308,7 +311,26 @@ func (t *Trainer) position() params.Progress {
 func (t *Trainer) LR() float64 {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return t.cfg.LR * t.sched.Factor(t.position())
+	return t.cfg.LR * t.sched.Factor(t.position()) * t.scale()
+}
+
+// SetLRScale multiplies the learning rate of the steps from the next one on
+// by x (1 until it is called): a node of a swarm whose nodes run at
+// different speeds scales its steps so that every node's data moves the
+// swarm's model alike (node.LRScaling). Any goroutine may call it; a value
+// that is not finite and positive is ignored.
+func (t *Trainer) SetLRScale(x float64) {
+	if !(x > 0) || math.IsInf(x, 0) {
+		return
+	}
+	t.lrScale.Store(math.Float64bits(x))
+}
+
+func (t *Trainer) scale() float64 {
+	if b := t.lrScale.Load(); b != 0 {
+		return math.Float64frombits(b)
+	}
+	return 1
 }
 
 // stepTarget is how long a step must last under Slowdown (0: no emulation).

@@ -151,7 +151,8 @@ type External struct {
 	busy     time.Duration
 	lastWork time.Time
 	lastLR   float64
-	merges   int64 // Applies since registration
+	lrScale  float64 // speed scaling's factor (0: none set)
+	merges   int64   // Applies since registration
 	lastPush time.Time
 	srv      *Server // the server that bound the trainer, for the status
 	peerID   string  // the node's, told to the trainer at registration
@@ -377,6 +378,18 @@ func (e *External) SetClock(samples float64) {
 	e.mu.Unlock()
 }
 
+// SetLRScale multiplies the run's lr_factor by x (the node's speed
+// scaling, node.LRScaling): the trainer's rate follows it as it follows the
+// schedule.
+func (e *External) SetLRScale(x float64) {
+	if !(x > 0) || math.IsInf(x, 0) {
+		return
+	}
+	e.mu.Lock()
+	e.lrScale = x
+	e.mu.Unlock()
+}
+
 // HasHoldout is false: protocol version 1 asks the trainer for no losses.
 func (e *External) HasHoldout() bool { return false }
 
@@ -420,6 +433,9 @@ type RunInfo struct {
 
 func (e *External) runInfo() RunInfo {
 	r := RunInfo{Samples: e.clock, Total: e.total, LRFactor: e.sched.Factor(params.Progress(e.clock)), Stop: e.stop}
+	if e.lrScale > 0 {
+		r.LRFactor *= e.lrScale
+	}
 	if e.total > 0 {
 		r.Fraction = min(e.clock/e.total, 1)
 	}

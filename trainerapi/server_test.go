@@ -403,3 +403,22 @@ func TestSocketMode(t *testing.T) {
 		t.Fatalf("socket mode %v, want 0600", fi.Mode().Perm())
 	}
 }
+
+// TestLRScaleInRunInfo: the node's speed factor reaches the trainer inside
+// lr_factor; values that are not finite and positive are ignored.
+func TestLRScaleInRunInfo(t *testing.T) {
+	x, err := NewExternal(testSpec(), RunConfig{Network: "n", Epochs: 2, Schedule: "const"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := x.runInfo().LRFactor; f != 1 {
+		t.Fatalf("lr_factor %v before any scale, want 1 (const schedule)", f)
+	}
+	x.SetLRScale(2.5)
+	x.SetLRScale(math.NaN())
+	x.SetLRScale(-1)
+	x.SetLRScale(0)
+	if f := x.runInfo().LRFactor; f != 2.5 {
+		t.Errorf("lr_factor %v, want 2.5", f)
+	}
+}

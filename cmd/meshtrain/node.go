@@ -48,6 +48,8 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	lag := fs.String("staleness-lag", d.Merger.Lag.String(),
 		"how staleness is measured from the two models' progress: steps (our steps behind) or relative (percent of our progress behind)")
 	momentum := fs.String("momentum-policy", d.Merger.Momentum.String(), "optimizer momentum on merge: keep, reset or mix")
+	lrScaling := fs.String("lr-scaling", string(d.LRScaling),
+		"gossip: none, or speed (scale the learning rate by the median announced samples/s over ours, so every node's data moves the swarm alike)")
 	catchUp := fs.Float64("catch-up", d.CatchUp, "pull the model of a peer ahead by more than this many samples (0: never)")
 	trust := fs.Bool("trust", d.Trust.Enabled,
 		"gossip mode: score peers, clip their models to an adaptive radius, refuse outliers and models that hurt a holdout, ban attackers (false: merge every well-formed model)")
@@ -98,6 +100,9 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 		errs = append(errs, err.Error())
 	}
 	if cfg.Merger.Lag, err = averaging.ParseLag(*lag); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if cfg.LRScaling, err = node.ParseLRScaling(*lrScaling); err != nil {
 		errs = append(errs, err.Error())
 	}
 	if cfg.Merger.Momentum, err = averaging.ParseMomentumPolicy(*momentum); err != nil {
