@@ -50,6 +50,14 @@ type Config struct {
 	// what any honest model trained on other labels scores there, and
 	// judged against ours alone every honest peer looks like an attacker.
 	ChanceLoss float64
+	// PeerLossScale (0: off): where at least two other peers' far models
+	// were scored on our holdout in the last 30 s, a far model is
+	// implausible only if its loss also exceeds this many times the median
+	// of their latest losses. On strongly label-skewed shards every honest
+	// peer's model scores far above ours and above a guess on our holdout
+	// (it never saw our labels); one that points the wrong way scores far
+	// above the honest ones.
+	PeerLossScale float64
 	// Seed seeds the choice of merges validated at random.
 	Seed uint64
 	// NoHoldout: the trainer has no holdout (an external trainer that
@@ -84,6 +92,9 @@ func (c Config) Validate() error {
 		}
 		if !(c.ChanceLoss >= 0) || math.IsInf(c.ChanceLoss, 0) {
 			bad("chance loss %v must be finite and >= 0", c.ChanceLoss)
+		}
+		if !(c.PeerLossScale >= 0) || math.IsInf(c.PeerLossScale, 1) || (c.PeerLossScale > 0 && c.PeerLossScale < 1) {
+			bad("peer loss scale %v must be 0 (off) or finite and >= 1", c.PeerLossScale)
 		}
 		if !(c.LossTolerance >= 0) || !(c.LossSlack >= 0) || !(c.PlausibleFactor >= 1) {
 			bad("loss tolerance %v and slack %v must be >= 0, plausible factor %v >= 1", c.LossTolerance, c.LossSlack, c.PlausibleFactor)
@@ -171,6 +182,7 @@ type Core struct {
 	cfg      Config
 	radius   *averaging.Radius
 	spread   peerSpread
+	farLoss  peerSpread // the latest holdout loss of each peer's far model
 	accepted map[string]int64
 	rng      *rand.Rand
 	cand     []float32
@@ -257,7 +269,7 @@ func (c *Core) Decide(in Input) Decision {
 			if !ok {
 				return with(d, Decision{Reason: RefusedNoHoldout})
 			}
-			if theirs > math.Max(before*c.cfg.PlausibleFactor+c.cfg.LossSlack, c.cfg.ChanceLoss) {
+			if c.implausible(in, before, theirs) {
 				return with(d, refuse(RefusedImplausible, reputation.LossJump))
 			}
 			ownLoss = before
@@ -308,6 +320,20 @@ func (c *Core) Decide(in Input) Decision {
 		}
 	}
 	return d
+}
+
+// implausible is the verdict on a far model whose loss on our holdout is
+// theirs, ours being before: above PlausibleFactor times ours (plus
+// slack) and above a guess's loss, and, where enough other peers' far
+// models were scored lately, above PeerLossScale times the median of
+// theirs. Every far model's loss is recorded for that comparison.
+func (c *Core) implausible(in Input, before, theirs float64) bool {
+	absolute := theirs > math.Max(before*c.cfg.PlausibleFactor+c.cfg.LossSlack, c.cfg.ChanceLoss)
+	if c.cfg.PeerLossScale == 0 {
+		return absolute
+	}
+	relative, enough := c.farLoss.compare(in.Peer, theirs, c.cfg.PeerLossScale, in.Now)
+	return absolute && (relative || !enough)
 }
 
 // weigh computes the staleness and the weight of a merge the checks

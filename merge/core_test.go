@@ -955,3 +955,56 @@ func TestDecideRelativeLag(t *testing.T) {
 	checkDecision(t, got, Decision{Merge: true, Reason: Merged, HasVerdict: true, Verdict: reputation.Accepted,
 		Staleness: 0.3, Weight: weightAt(0.3), Distance: 1, Validated: true})
 }
+
+// TestDecidePeerLoss: with PeerLossScale, a far model that scores above 10x
+// ours and above a guess is still plausible when the other peers' far
+// models score alike on our holdout (label-skewed shards: none of them saw
+// our labels), and implausible when it scores far above them.
+func TestDecidePeerLoss(t *testing.T) {
+	cfg := testConfig()
+	cfg.PeerLossScale = 3
+	c := warmCore(t, cfg)
+	// Ours scores 32. Peers b and c send far models scoring 31+18^2 = 355:
+	// above 10x ours, and with fewer than two other peers on file, judged
+	// by that alone: implausible.
+	for _, p := range []string{"b", "c"} {
+		got := c.Decide(Input{Peer: p, Local: local(), Remote: snap(moved(18), ownProg), Now: t0, Loss: goodLoss})
+		if got.Reason != RefusedImplausible {
+			t.Fatalf("setup: %s's far model: %+v, want refused as implausible (no peers to compare with yet)", p, got)
+		}
+	}
+	// a's model scores 431, within 3x the others' 355: clipped and merged.
+	got := c.Decide(Input{Peer: "a", Local: local(), Remote: snap(moved(19), ownProg), Now: t0, Loss: goodLoss})
+	checkDecision(t, got, Decision{Merge: true, Reason: MergedClipped, HasVerdict: true, Verdict: reputation.Clipped, Distance: 19,
+		Validated: true, Weight: weightAt(0)})
+	// d's scores 31+40^2 = 1631, beyond 3x the median of the others: refused.
+	got = c.Decide(Input{Peer: "d", Local: local(), Remote: snap(moved(40), ownProg), Now: t0, Loss: goodLoss})
+	checkDecision(t, got, Decision{Reason: RefusedImplausible, HasVerdict: true, Verdict: reputation.LossJump, Distance: 40, Validated: true})
+	// Off (0), a's model is judged against ours and the guess alone.
+	cfg.PeerLossScale = 0
+	c = warmCore(t, cfg)
+	for _, p := range []string{"b", "c"} {
+		c.Decide(Input{Peer: p, Local: local(), Remote: snap(moved(18), ownProg), Now: t0, Loss: goodLoss})
+	}
+	got = c.Decide(Input{Peer: "a", Local: local(), Remote: snap(moved(19), ownProg), Now: t0, Loss: goodLoss})
+	checkDecision(t, got, Decision{Reason: RefusedImplausible, HasVerdict: true, Verdict: reputation.LossJump, Distance: 19, Validated: true})
+	// The other peers' losses expire with the spread's TTL.
+	cfg.PeerLossScale = 3
+	c = warmCore(t, cfg)
+	for _, p := range []string{"b", "c"} {
+		c.Decide(Input{Peer: p, Local: local(), Remote: snap(moved(18), ownProg), Now: t0, Loss: goodLoss})
+	}
+	later := t0.Add(spreadTTL + time.Second)
+	seePeers(t, c, 1, later, "e", "f") // keep the distance spread fresh
+	got = c.Decide(Input{Peer: "a", Local: local(), Remote: snap(moved(19), ownProg), Now: later, Loss: goodLoss})
+	if got.Reason != RefusedImplausible {
+		t.Errorf("a's far model after the others' losses expired: %+v, want refused as implausible", got)
+	}
+	for _, bad := range []float64{-1, 0.5, math.NaN(), math.Inf(1)} {
+		cfg := testConfig()
+		cfg.PeerLossScale = bad
+		if _, err := New(cfg); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("PeerLossScale %v: New gave %v, want ErrBadConfig", bad, err)
+		}
+	}
+}

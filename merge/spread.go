@@ -43,8 +43,16 @@ const (
 // times the median latest distance of the other peers, then records d as
 // p's latest. A distance that is not a finite number >= 0 is an outlier.
 func (s *peerSpread) outlier(p string, d, scale float64, now time.Time) bool {
+	out, _ := s.compare(p, d, scale, now)
+	return out
+}
+
+// compare is outlier that also tells whether enough other peers were on
+// file to compare with (a value that is not a finite number >= 0 is an
+// outlier either way).
+func (s *peerSpread) compare(p string, d, scale float64, now time.Time) (out, enough bool) {
 	if !(d >= 0) || math.IsInf(d, 1) {
-		return true
+		return true, false
 	}
 	if s.latest == nil {
 		s.latest = map[string]spreadEntry{}
@@ -58,11 +66,12 @@ func (s *peerSpread) outlier(p string, d, scale float64, now time.Time) bool {
 			others = append(others, e.d)
 		}
 	}
-	out := len(others) >= spreadMinPeers && d > scale*Median(others)
+	enough = len(others) >= spreadMinPeers
+	out = enough && d > scale*Median(others)
 	if _, ok := s.latest[p]; ok || len(s.latest) < spreadMaxPeers {
 		s.latest[p] = spreadEntry{d: d, at: now}
 	}
-	return out
+	return out, enough
 }
 
 // Median of xs (the lower middle for an even count); 0 for none. xs is

@@ -51,6 +51,10 @@ type TrustConfig struct {
 	// radius) is refused when its own holdout loss exceeds this many times
 	// ours plus LossSlack.
 	PlausibleFactor float64
+	// PeerLossScale: where other peers' far models were scored too, a far
+	// model is implausible only above this many times the median of their
+	// losses (merge.Config.PeerLossScale; 0: off).
+	PeerLossScale float64
 }
 
 // DefaultTrustConfig is on, tuned so that honest peers with label-skewed
@@ -60,7 +64,8 @@ type TrustConfig struct {
 // noise models lie far beyond that), an implausible model
 // costs little (-2: the holdout is a sample of our own shard, so a peer
 // trained on other labels scores worse on it), and a far
-// model is implausible only at 10x our loss. A candidate merge that triples
+// model is implausible only at 10x our loss, above a guess's loss and
+// above 3x what the other peers' far models score. A candidate merge that triples
 // our holdout loss is refused, without a verdict.
 func DefaultTrustConfig() TrustConfig {
 	rep := reputation.DefaultParams()
@@ -77,6 +82,7 @@ func DefaultTrustConfig() TrustConfig {
 		LossTolerance:   2,
 		LossSlack:       0.05,
 		PlausibleFactor: 10,
+		PeerLossScale:   3,
 	}
 }
 
@@ -103,6 +109,9 @@ func (c TrustConfig) Validate() error {
 	}
 	if !(c.PlausibleFactor >= 1 && c.PlausibleFactor < math.Inf(1)) {
 		errs = append(errs, fmt.Errorf("plausible factor %v: must be finite and >= 1", c.PlausibleFactor))
+	}
+	if c.PeerLossScale != 0 && !(c.PeerLossScale >= 1 && c.PeerLossScale < math.Inf(1)) {
+		errs = append(errs, fmt.Errorf("peer loss scale %v: must be 0 (off) or finite and >= 1", c.PeerLossScale))
 	}
 	if !(c.LossTolerance >= 0 && c.LossTolerance < math.Inf(1)) || !(c.LossSlack >= 0 && c.LossSlack < math.Inf(1)) {
 		errs = append(errs, fmt.Errorf("loss tolerance %v + %v: must be finite and >= 0", c.LossTolerance, c.LossSlack))
@@ -165,7 +174,7 @@ func mergeConfig(c Config, tr Trainer, trusting bool) merge.Config {
 	t := c.Trust
 	return merge.Config{Merger: c.Merger, Batch: c.Train.Batch, CatchUp: c.CatchUp, Trust: trusting, Radius: t.Radius,
 		Probation: t.Probation, ValidateEvery: t.ValidateEvery, LossTolerance: t.LossTolerance, LossSlack: t.LossSlack,
-		PlausibleFactor: t.PlausibleFactor, ChanceLoss: chanceLoss(tr), Seed: c.Train.Seed, NoHoldout: !hasHoldout(tr)}
+		PlausibleFactor: t.PlausibleFactor, PeerLossScale: t.PeerLossScale, ChanceLoss: chanceLoss(tr), Seed: c.Train.Seed, NoHoldout: !hasHoldout(tr)}
 }
 
 // HoldoutReporter is implemented by a trainer that may have no holdout

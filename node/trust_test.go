@@ -45,6 +45,9 @@ func trustNode(t *testing.T, st store.Store) *Node {
 	if want := math.Log(10); mc.ChanceLoss != want || mc.NoHoldout {
 		t.Fatalf("merge config of a built-in trainer: chance loss %v, no holdout %v; want %v, false", mc.ChanceLoss, mc.NoHoldout, want)
 	}
+	if mc.PeerLossScale != cfg.Trust.PeerLossScale || mc.PeerLossScale == 0 {
+		t.Fatalf("merge config: peer loss scale %v, want the trust config's %v (on by default)", mc.PeerLossScale, cfg.Trust.PeerLossScale)
+	}
 	core, err := merge.New(mc)
 	if err != nil {
 		t.Fatal(err)
@@ -225,10 +228,10 @@ func TestTrustConfigValidate(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	c.Holdout, c.ValidateEvery, c.LossTolerance = 1, 0, math.NaN()
+	c.Holdout, c.ValidateEvery, c.LossTolerance, c.PeerLossScale = 1, 0, math.NaN(), 0.5
 	c.Reputation.BanBelow = 5
 	err := c.Validate()
-	for _, want := range []string{"holdout", "validate-every", "loss tolerance", "BanBelow"} {
+	for _, want := range []string{"holdout", "validate-every", "loss tolerance", "BanBelow", "peer loss scale"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %s", err, want)
 		}
