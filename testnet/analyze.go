@@ -28,6 +28,11 @@ func analyzeRun(run *Run, target, fixedWallS float64, solo []float64) {
 		first := times.First
 		run.FirstNodeTimeS = &first
 	}
+	run.AverageTimeToTargetS, run.AverageSamplesToTarget = nil, nil
+	if t, ok := AverageTimeToTarget(run.Consensus, target); ok {
+		s := SamplesAt(tr, t)
+		run.AverageTimeToTargetS, run.AverageSamplesToTarget = &t, &s
+	}
 	run.FixedWallS = fixedWallS
 	run.RunClockAtFixedWall = RunClockAt(*run, fixedWallS)
 	run.FinalAccuracy = make([]float64, n)

@@ -1018,7 +1018,7 @@ func (b *bench) swarm(ctx context.Context, j job) (Run, error) {
 		return run, err
 	}
 	scoring := time.Now()
-	traces, consensus, err := ScoreSnapshots(ctx, snapDir, peers, c.Nodes, test, t0, runtime.NumCPU())
+	traces, consensus, err := ScoreSnapshots(ctx, snapDir, peers, c.Nodes, test, t0, runtime.NumCPU(), c.Target)
 	if err != nil {
 		return run, err
 	}

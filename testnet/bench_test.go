@@ -561,7 +561,7 @@ func TestScoreSnapshotsBuildsTracesInOrder(t *testing.T) {
 	writeSnap(t, dir, "peerA", 0, t0, model, zero, 0, false)
 	writeSnap(t, dir, "peerB", 0, t0.Add(time.Second), model, zero, 100, false)
 	writeSnap(t, dir, "peerA", 1, t0.Add(1500*time.Millisecond), model, trained, 200, true)
-	traces, _, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, 2)
+	traces, _, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, 2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -584,13 +584,13 @@ func TestScoreSnapshotsBuildsTracesInOrder(t *testing.T) {
 	}
 
 	// A stranger's snapshot, or a node that left only one, is an error.
-	if _, _, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0}, 2, test, t0, 1); !errors.Is(err, ErrBench) {
+	if _, _, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0}, 2, test, t0, 1, 0); !errors.Is(err, ErrBench) {
 		t.Errorf("unknown writer: %v", err)
 	}
 	// So is a node whose last snapshot is not the one it took as it
 	// stopped: holding it would misstate the model it ended with.
 	writeSnap(t, dir, "peerA", 2, t0.Add(1700*time.Millisecond), model, zero, 210, false)
-	_, _, err = ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, 1)
+	_, _, err = ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, 1, 0)
 	if !errors.Is(err, ErrBench) || !strings.Contains(err.Error(), "node 0's last snapshot") {
 		t.Errorf("a node with no final snapshot: %v", err)
 	}
@@ -600,7 +600,7 @@ func TestScoreSnapshotsBuildsTracesInOrder(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "snap-peerB-000001.safetensors")); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, 1); !errors.Is(err, ErrBench) {
+	if _, _, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, 1, 0); !errors.Is(err, ErrBench) {
 		t.Errorf("a node with one snapshot: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package testnet
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -10,9 +11,14 @@ import (
 // the consensus distance (1/n) sum_i ||x_i - xbar||^2, the mean squared
 // Euclidean distance of the n models to their average xbar over every
 // parameter, each node's model its latest snapshot at or before T.
+//
+// AverageAccuracy is the test accuracy of xbar itself, the swarm's average
+// model, scored at every instant until it first reaches the run's target
+// (absent after that, and in results from before it was measured).
 type ConsensusPoint struct {
-	T        float64 `json:"t_s"` // seconds since the run started
-	Distance float64 `json:"distance"`
+	T               float64  `json:"t_s"` // seconds since the run started
+	Distance        float64  `json:"distance"`
+	AverageAccuracy *float64 `json:"average_accuracy,omitempty"`
 }
 
 // consensusSet holds each node's latest model and the squared distances
@@ -69,6 +75,36 @@ func (c *consensusSet) distance() (float64, bool) {
 		}
 	}
 	return s / float64(n*n), true
+}
+
+// average writes xbar, the mean of the models held, into dst (resized)
+// and returns it; ok=false until every node has one.
+func (c *consensusSet) average(dst []float32) ([]float32, bool) {
+	if len(c.cur) == 0 || c.have < len(c.cur) {
+		return dst, false
+	}
+	n := len(c.cur[0])
+	dst = slices.Grow(dst[:0], n)[:n]
+	inv := 1 / float64(len(c.cur))
+	for k := range dst {
+		var s float64
+		for _, w := range c.cur {
+			s += float64(w[k])
+		}
+		dst[k] = float32(s * inv)
+	}
+	return dst, true
+}
+
+// AverageTimeToTarget is the first time the swarm's average model was
+// scored at or above target (ok=false: never, or not scored).
+func AverageTimeToTarget(pts []ConsensusPoint, target float64) (float64, bool) {
+	for _, p := range pts {
+		if p.AverageAccuracy != nil && *p.AverageAccuracy >= target {
+			return p.T, true
+		}
+	}
+	return 0, false
 }
 
 // sqDist is ||a - b||^2 in float64 (the difference of two float32s is exact

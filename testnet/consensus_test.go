@@ -56,7 +56,7 @@ func TestScoreSnapshotsConsensusDistance(t *testing.T) {
 	writeSnap(t, dir, "peerB", 2, at(2000), model, filled(model, 0.25), 20, true) // equal: 0
 	want := []ConsensusPoint{{T: 0.5, Distance: 0.25 * p}, {T: 1, Distance: p}, {T: 1.5, Distance: 0}, {T: 2, Distance: 0}}
 	for _, workers := range []int{1, 3} {
-		traces, got, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, workers)
+		traces, got, err := ScoreSnapshots(t.Context(), dir, map[string]int{"peerA": 0, "peerB": 1}, 2, test, t0, workers, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func TestScoreSnapshotsConsensusDistance(t *testing.T) {
 		writeSnap(t, dir3, peer, 0, at(0), model, filled(model, c), 0, false)
 		writeSnap(t, dir3, peer, 1, at(250), model, filled(model, c), 1, true)
 	}
-	_, got, err := ScoreSnapshots(t.Context(), dir3, map[string]int{"A": 0, "B": 1, "C": 2}, 3, test, t0, 2)
+	_, got, err := ScoreSnapshots(t.Context(), dir3, map[string]int{"A": 0, "B": 1, "C": 2}, 3, test, t0, 2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestScoreSnapshotsConsensusWaitsForEveryNode(t *testing.T) {
 	writeSnap(t, dir, "peerB", 1, at(750), model, filled(model, 0), 5, false)
 	writeSnap(t, dir, "peerB", 2, at(1000), model, filled(model, 1), 10, true)
 	peers := map[string]int{"peerA": 0, "peerB": 1}
-	_, got, err := ScoreSnapshots(t.Context(), dir, peers, 2, test, t0, 2)
+	_, got, err := ScoreSnapshots(t.Context(), dir, peers, 2, test, t0, 2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestScoreSnapshotsConsensusWaitsForEveryNode(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "snap-peerB-000000.safetensors")); err != nil {
 		t.Fatal(err)
 	}
-	_, got, err = ScoreSnapshots(t.Context(), dir, peers, 2, test, t0, 2)
+	_, got, err = ScoreSnapshots(t.Context(), dir, peers, 2, test, t0, 2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,5 +302,78 @@ func TestPlotConsensusOnlyWithASeries(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(dir, ConsensusPlot)); err != nil || fi.Size() < 1000 {
 		t.Errorf("all-zero consensus plot: %v", err)
+	}
+}
+
+// TestScoreSnapshotsAverageModel: two nodes hold a trained model pushed
+// apart by the same noise in opposite directions; each scores poorly, their
+// average is the trained model itself. The average is scored at every
+// instant until it reaches the target, and no later.
+func TestScoreSnapshotsAverageModel(t *testing.T) {
+	model, test := consensusModel(t)
+	cfg := train.DefaultConfig()
+	cfg.Model, cfg.Epochs, cfg.Seed = "softmax", 1000, 1
+	tr, err := train.New(cfg, test)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 200 {
+		if _, err := tr.Step(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := tr.Snapshot().Params
+	ev, err := train.Evaluate(model, good, test, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	plus, minus := make([]float32, len(good)), make([]float32, len(good))
+	for i, g := range good {
+		n := float32(rng.NormFloat64() * 20)
+		plus[i], minus[i] = g+n, g-n
+	}
+	evPlus, err := train.Evaluate(model, plus, test, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := (ev.Accuracy + evPlus.Accuracy) / 2
+	if ev.Accuracy-evPlus.Accuracy < 0.1 {
+		t.Fatalf("the set-up needs a noisy model far worse than the trained one: %.3f against %.3f", evPlus.Accuracy, ev.Accuracy)
+	}
+
+	dir := t.TempDir()
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	zero := make([]float32, len(good))
+	writeSnap(t, dir, "A", 0, at(0), model, zero, 0, false)
+	writeSnap(t, dir, "B", 0, at(0), model, plus, 0, false) // average plus/2: not the trained model
+	writeSnap(t, dir, "A", 1, at(500), model, plus, 5, false)
+	writeSnap(t, dir, "B", 1, at(500), model, minus, 5, false) // average: the trained model
+	writeSnap(t, dir, "A", 2, at(1000), model, plus, 10, true)
+	writeSnap(t, dir, "B", 2, at(1000), model, minus, 10, true)
+	traces, got, err := ScoreSnapshots(t.Context(), dir, map[string]int{"A": 0, "B": 1}, 2, test, t0, 2, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].AverageAccuracy == nil || got[1].AverageAccuracy == nil || got[2].AverageAccuracy != nil {
+		t.Fatalf("consensus points %+v: want the average scored at 0 and 0.5 s only", got)
+	}
+	if *got[0].AverageAccuracy >= target {
+		t.Errorf("the average at 0 s scored %.3f, at or above the target %.3f", *got[0].AverageAccuracy, target)
+	}
+	if a := *got[1].AverageAccuracy; math.Abs(a-ev.Accuracy) > 1e-3 {
+		t.Errorf("the average at 0.5 s scored %.4f, want the trained model's %.4f", a, ev.Accuracy)
+	}
+	for _, tr := range traces {
+		if acc := tr.Points[1].Accuracy; acc >= target {
+			t.Errorf("node %d's own model at 0.5 s scored %.3f: the set-up wants each below the target %.3f", tr.Node, acc, target)
+		}
+	}
+	if tt, ok := AverageTimeToTarget(got, target); !ok || tt != 0.5 {
+		t.Errorf("AverageTimeToTarget = %v, %v; want 0.5 s", tt, ok)
+	}
+	if _, ok := AverageTimeToTarget(got, 1.01); ok {
+		t.Error("AverageTimeToTarget reached an accuracy above 1")
 	}
 }

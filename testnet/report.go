@@ -220,6 +220,22 @@ func writeConsensus(b *strings.Builder, r *Results) {
 	fmt.Fprintf(b, "\nConsensus distance (the mean squared distance of the nodes' models to their average, over time in `%s`), "+
 		"median over seeds at the time every node reached the target, or at W in a run that did not: %s.\n",
 		ConsensusPlot, strings.Join(parts, ", "))
+	parts = parts[:0]
+	for _, mode := range r.Settings.Modes {
+		var ts, ss []float64
+		for _, run := range r.Runs {
+			if run.Mode == mode && run.Error == "" && run.AverageTimeToTargetS != nil {
+				ts, ss = append(ts, *run.AverageTimeToTargetS), append(ss, *run.AverageSamplesToTarget)
+			}
+		}
+		if len(ts) > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.2f s, %.0f samples", mode, Median(ts), Median(ss)))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(b, "\nThe swarm's average model (the mean of the nodes' models at each snapshot instant, which no node holds; "+
+			"scored after the run) first at the target, median over the runs that got there: %s.\n", strings.Join(parts, "; "))
+	}
 }
 
 func writeRunTable(b *strings.Builder, runs []Run) {

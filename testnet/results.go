@@ -180,6 +180,13 @@ type Run struct {
 	// SamplesToTarget: training samples the whole cluster processed by
 	// TimeToTargetS.
 	SamplesToTarget *float64 `json:"samples_to_target"`
+	// AverageTimeToTargetS: the swarm's average model (the mean of the
+	// nodes' models, which no node holds) first at target, and
+	// AverageSamplesToTarget the samples processed by then: how much of
+	// the time to target is the nodes' models drifting apart. Absent when
+	// it never got there, and in results from before it was measured.
+	AverageTimeToTargetS   *float64 `json:"average_time_to_target_s,omitempty"`
+	AverageSamplesToTarget *float64 `json:"average_samples_to_target,omitempty"`
 	// IdealTimeS: this seed's sync samples to target / sum of solo rates.
 	IdealTimeS *float64 `json:"ideal_time_to_target_s"`
 	// SyncPaceTimeS: this seed's sync samples to target at sync's own

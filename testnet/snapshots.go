@@ -75,11 +75,15 @@ func parseSnapshotMeta(meta map[string]string) (snapshotMeta, error) {
 // (AccuracyAt, SamplesAt), which is right only for the model the node ended
 // with.
 //
+// With averageUntil > 0 the swarm's average model is scored too, at every
+// such instant until its accuracy first reaches averageUntil
+// (ConsensusPoint.AverageAccuracy).
+//
 // The snapshots are scored in time order, and their models folded into the
 // consensus distance as they come, so at most one model per node and a few
 // per worker are held at once, not a run's snapshots.
 func ScoreSnapshots(ctx context.Context, dir string, peers map[string]int, nodes int, test *train.Dataset,
-	t0 time.Time, workers int) ([]Trace, []ConsensusPoint, error) {
+	t0 time.Time, workers int, averageUntil float64) ([]Trace, []ConsensusPoint, error) {
 	files, err := filepath.Glob(filepath.Join(dir, node.SnapshotGlob))
 	if err != nil {
 		return nil, nil, err
@@ -159,6 +163,8 @@ func ScoreSnapshots(ctx context.Context, dir string, peers map[string]int, nodes
 	out := make([]scored, len(snaps))
 	cons := newConsensusSet(nodes)
 	var consensus []ConsensusPoint
+	var avg []float32
+	averaging := averageUntil > 0
 	for i, f := range snaps {
 		var r result
 		select {
@@ -181,9 +187,26 @@ func ScoreSnapshots(ctx context.Context, dir string, peers map[string]int, nodes
 		if i+1 < len(snaps) && snaps[i+1].meta.unixNano == f.meta.unixNano {
 			continue // the distance once every snapshot of this instant is in
 		}
-		if d, ok := cons.distance(); ok {
-			consensus = append(consensus, ConsensusPoint{T: r.s.point.T, Distance: d})
+		d, ok := cons.distance()
+		if !ok {
+			continue
 		}
+		pt := ConsensusPoint{T: r.s.point.T, Distance: d}
+		if averaging {
+			avg, _ = cons.average(avg)
+			v, ok := models.Load(r.s.model)
+			if !ok {
+				return nil, nil, fmt.Errorf("%w: %s: no model to score the average with", ErrBench, f.path)
+			}
+			ev, err := train.Evaluate(v.(*train.Model), avg, test, 0, 1)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: the average model at %.2fs: %w", ErrBench, pt.T, err)
+			}
+			acc := ev.Accuracy
+			pt.AverageAccuracy = &acc
+			averaging = acc < averageUntil
+		}
+		consensus = append(consensus, pt)
 	}
 	traces := make([]Trace, nodes)
 	seqs := make([][]int, nodes)
