@@ -499,3 +499,29 @@ func TestNewTrainer(t *testing.T) {
 		t.Fatalf("no data: %v", err)
 	}
 }
+
+// TestSetLRScale: the factor multiplies the schedule's rate in LR and in
+// the steps; values that are not finite and positive are ignored.
+func TestSetLRScale(t *testing.T) {
+	trainSet, _ := splitSynthetic(t, 512)
+	c := testConfig("softmax")
+	c.Schedule = "const"
+	tr := newTestTrainer(t, c, trainSet)
+	if lr := tr.LR(); lr != 0.05 {
+		t.Fatalf("LR %v before any scale, want 0.05", lr)
+	}
+	tr.SetLRScale(2.5)
+	for _, bad := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+		tr.SetLRScale(bad)
+	}
+	if lr := tr.LR(); math.Abs(lr-0.125) > 1e-12 {
+		t.Errorf("LR %v after SetLRScale(2.5), want 0.125", lr)
+	}
+	st, err := tr.Step(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(st.LR-0.125) > 1e-12 {
+		t.Errorf("the step applied rate %v, want 0.125", st.LR)
+	}
+}

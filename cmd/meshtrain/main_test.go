@@ -38,6 +38,7 @@ func TestBadFlagsAreOneLineAndExitTwo(t *testing.T) {
 		{"version", "--x"},
 		{"node", "--trainer", "torch"},
 		{"node", "--staleness-lag", "age"},
+		{"node", "--lr-scaling", "fast"},
 		{"node", "--trainer-listen", "unix:/tmp/x.sock"},
 		{"node", "--trainer", "external", "--mode", "sync"},
 		{"node", "--trainer", "external", "--no-data-dir"},
