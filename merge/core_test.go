@@ -980,20 +980,21 @@ func TestDecidePeerLoss(t *testing.T) {
 	// d's scores 31+40^2 = 1631, beyond 3x the median of the others: refused.
 	got = c.Decide(Input{Peer: "d", Local: local(), Remote: snap(moved(40), ownProg), Now: t0, Loss: goodLoss})
 	checkDecision(t, got, Decision{Reason: RefusedImplausible, HasVerdict: true, Verdict: reputation.LossJump, Distance: 40, Validated: true})
-	// Off (0), a's model is judged against ours and the guess alone.
-	cfg.PeerLossScale = 0
-	c = warmCore(t, cfg)
-	for _, p := range []string{"b", "c"} {
-		c.Decide(Input{Peer: p, Local: local(), Remote: snap(moved(18), ownProg), Now: t0, Loss: goodLoss})
+	// withFarPeers is a warm core that has scored b's and c's far models.
+	withFarPeers := func(scale float64) *Core {
+		cfg.PeerLossScale = scale
+		c := warmCore(t, cfg)
+		for _, p := range []string{"b", "c"} {
+			c.Decide(Input{Peer: p, Local: local(), Remote: snap(moved(18), ownProg), Now: t0, Loss: goodLoss})
+		}
+		return c
 	}
+	// Off (0), a's model is judged against ours and the guess alone.
+	c = withFarPeers(0)
 	got = c.Decide(Input{Peer: "a", Local: local(), Remote: snap(moved(19), ownProg), Now: t0, Loss: goodLoss})
 	checkDecision(t, got, Decision{Reason: RefusedImplausible, HasVerdict: true, Verdict: reputation.LossJump, Distance: 19, Validated: true})
 	// The other peers' losses expire with the spread's TTL.
-	cfg.PeerLossScale = 3
-	c = warmCore(t, cfg)
-	for _, p := range []string{"b", "c"} {
-		c.Decide(Input{Peer: p, Local: local(), Remote: snap(moved(18), ownProg), Now: t0, Loss: goodLoss})
-	}
+	c = withFarPeers(3)
 	later := t0.Add(spreadTTL + time.Second)
 	seePeers(t, c, 1, later, "e", "f") // keep the distance spread fresh
 	got = c.Decide(Input{Peer: "a", Local: local(), Remote: snap(moved(19), ownProg), Now: later, Loss: goodLoss})
