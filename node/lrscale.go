@@ -78,7 +78,6 @@ func (n *Node) scaleLR(obs []clockObservation) {
 	for _, o := range obs {
 		rates = append(rates, o.Rate)
 	}
-	x := speedScale(n.trainer.Stats().SamplesPerSec, rates)
-	s.SetLRScale(x)
-	setF64(&n.rep.lrScale, x)
+	// The status's lr is the rate applied, the factor included.
+	s.SetLRScale(speedScale(n.trainer.Stats().SamplesPerSec, rates))
 }

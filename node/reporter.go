@@ -17,10 +17,8 @@ import (
 // events read it. Its goroutines (evaluator, historian) own nothing else.
 type reporter struct {
 	lastLoss, lastAcc, lastLR atomic.Uint64 // float64 bits
-	// lrScale is the learning-rate factor of speed scaling (0: none set).
-	lrScale  atomic.Uint64
-	lastCkpt atomic.Pointer[store.Info]
-	reached  atomic.Pointer[params.Snapshot] // the snapshot that reached --until-accuracy
+	lastCkpt                  atomic.Pointer[store.Info]
+	reached                   atomic.Pointer[params.Snapshot] // the snapshot that reached --until-accuracy
 
 	histMu sync.Mutex
 	hist   []store.Point
