@@ -21,11 +21,30 @@ func statusFrom(s node.Status) StatusResponse {
 		Step: s.Step, Progress: s.Progress, Epoch: s.Epoch, Loss: s.Loss, TestAccuracy: s.TestAccuracy,
 		SamplesPerSec: s.SamplesPerSec, BusyFraction: s.BusyFraction, BusyS: s.BusyS, UptimeS: s.UptimeS,
 		NetworkWaitS: s.NetworkWaitS, Peers: s.Peers, Merges: s.Merges, PeerMerges: maps.Clone(s.PeerMerges),
-		LastMerge: mergeFrom(s.LastMerge), CatchUps: s.CatchUps, ExchangesFailed: s.ExchangesFailed,
+		LastMerge: mergeFrom(s.LastMerge), CatchUps: s.CatchUps, ExchangesStarted: s.ExchangesStarted,
+		ExchangeFailedShare: s.ExchangeFailedShare, ExchangesFailed: s.ExchangesFailed,
 		ExchangeTimeouts: s.ExchangeTimeouts, InboundDropped: s.InboundDropped, Gossip: gossipFrom(s.Gossip),
-		Trust: trustFrom(s.Trust), LastCheckpoint: checkpointPtr(s.LastCheckpoint), Run: runFrom(s.Run),
+		Trust: trustFrom(s.Trust), LastCheckpoint: checkpointPtr(s.LastCheckpoint), Reachability: reachabilityFrom(s.Reachability),
+		Run:   runFrom(s.Run),
 		Alone: aloneFrom(s.Alone), Trainer: trainerFrom(s.Trainer),
 	}
+}
+
+func reachabilityFrom(r *node.NodeReachability) *Reachability {
+	if r == nil {
+		return nil
+	}
+	out := &Reachability{Status: r.Status, Forced: r.Forced, ReachableAddrs: slices.Clone(r.ReachableAddrs),
+		UnreachableAddrs: slices.Clone(r.UnreachableAddrs), RelayAddrs: slices.Clone(r.RelayAddrs),
+		HolePunches: r.HolePunches, HolePunchesOK: r.HolePunchesOK, PeersDirect: r.PeersDirect, PeersRelayed: r.PeersRelayed,
+		PeersNotConn: r.PeersNotConnected, RelayedSkips: r.RelayedSkips, Dials: r.Dials, DialsFailed: r.DialsFailed,
+		BackingOff: r.BackingOff}
+	if s := r.RelayService; s != nil {
+		out.RelayService = &RelayService{Reservations: s.Reservations, ReservationsTotal: s.ReservationsTotal,
+			Circuits: s.Circuits, CircuitsTotal: s.CircuitsTotal, BytesRelayed: s.BytesRelayed, Denied: s.Denied,
+			LimitS: s.LimitS, LimitBytes: s.LimitBytes}
+	}
+	return out
 }
 
 func trainerFrom(t *node.TrainerStatus) *TrainerStatus {
@@ -82,6 +101,8 @@ func peerFrom(p node.PeerStatus) PeerStatus {
 		Accuracy: p.Accuracy, SamplesPerSec: p.SamplesPerSec, Staleness: p.Staleness,
 		ReputationState: p.ReputationState, Verdicts: maps.Clone(p.Verdicts),
 		RTTS: p.RTTS, LastSeenS: p.LastSeenS, Connected: p.Connected, Merges: p.Merges,
+		Path: p.Path, RemoteAddr: p.RemoteAddr, HolePunched: p.HolePunched, HolePunches: p.HolePunches,
+		HolePunchesOK: p.HolePunchesOK, LastHolePunch: p.LastHolePunch, Exchanges: maps.Clone(p.Exchanges),
 	}
 	if p.Reputation != nil {
 		r := *p.Reputation

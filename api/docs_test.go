@@ -132,6 +132,8 @@ func TestOpenAPIMatchesResponses(t *testing.T) {
 		"GossipStats":    status["gossip"].(map[string]any),
 		"TrustStats":     status["trust"].(map[string]any),
 		"RunStatus":      status["run"].(map[string]any),
+		"Reachability":   status["reachability"].(map[string]any),
+		"RelayService":   status["reachability"].(map[string]any)["relay_service"].(map[string]any),
 		"PeerStatus":     object("/v1/peers", "peers", "0"),
 		"Point":          object("/v1/history", "points", "0"),
 		"CheckpointInfo": object("/v1/checkpoints", "checkpoints", "0"),
@@ -185,6 +187,7 @@ func TestOpenAPISchemasAreTheTypes(t *testing.T) {
 		"Status": reflect.TypeFor[StatusResponse](), "MergeInfo": reflect.TypeFor[MergeInfo](),
 		"GossipStats": reflect.TypeFor[GossipStats](), "TrustStats": reflect.TypeFor[TrustStats](),
 		"RunStatus": reflect.TypeFor[RunStatus](), "Alone": reflect.TypeFor[Alone](),
+		"Reachability": reflect.TypeFor[Reachability](), "RelayService": reflect.TypeFor[RelayService](),
 		"PeerStatus": reflect.TypeFor[PeerStatus](), "Point": reflect.TypeFor[Point](),
 		"CheckpointInfo": reflect.TypeFor[CheckpointInfo](), "Error": reflect.TypeFor[ErrorResponse](),
 		"Health": reflect.TypeFor[HealthResponse](),
@@ -207,4 +210,6 @@ func TestOpenAPISchemasAreTheTypes(t *testing.T) {
 
 // optionalFields are declared in the spec but present only in some
 // responses (a peer's banned_until only while it is banned).
-var optionalFields = map[string]bool{"PeerStatus.banned_until": true, "Status.alone": true, "Status.trainer": true}
+var optionalFields = map[string]bool{"PeerStatus.banned_until": true, "Status.alone": true, "Status.trainer": true,
+	"Status.reachability": true, "Reachability.relay_service": true, "PeerStatus.remote_addr": true,
+	"PeerStatus.last_hole_punch": true}

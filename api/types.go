@@ -30,19 +30,26 @@ type StatusResponse struct {
 	UptimeS       float64 `json:"uptime_s"`
 	NetworkWaitS  float64 `json:"network_wait_s"`
 
-	Peers            int              `json:"peers"`
-	Merges           int64            `json:"merges"`
-	PeerMerges       map[string]int64 `json:"peer_merges"`
-	LastMerge        *MergeInfo       `json:"last_merge,omitempty"`
-	CatchUps         int64            `json:"catch_ups"`
-	ExchangesFailed  int64            `json:"exchanges_failed"`
-	ExchangeTimeouts int64            `json:"exchange_timeouts"`
-	InboundDropped   int64            `json:"inbound_dropped"`
-	Gossip           GossipStats      `json:"gossip"`
-	Trust            TrustStats       `json:"trust"`
-	LastCheckpoint   *CheckpointInfo  `json:"last_checkpoint,omitempty"`
-	Run              RunStatus        `json:"run"`
-	Alone            *Alone           `json:"alone,omitempty"` // absent while the node has a partner
+	Peers      int              `json:"peers"`
+	Merges     int64            `json:"merges"`
+	PeerMerges map[string]int64 `json:"peer_merges"`
+	LastMerge  *MergeInfo       `json:"last_merge,omitempty"`
+	CatchUps   int64            `json:"catch_ups"`
+	// ExchangesStarted counts the exchanges and pulls this node started;
+	// ExchangeFailedShare is the share of the latest 100 that failed.
+	ExchangesStarted    int64           `json:"exchanges_started"`
+	ExchangeFailedShare float64         `json:"exchange_failed_share"`
+	ExchangesFailed     int64           `json:"exchanges_failed"`
+	ExchangeTimeouts    int64           `json:"exchange_timeouts"`
+	InboundDropped      int64           `json:"inbound_dropped"`
+	Gossip              GossipStats     `json:"gossip"`
+	Trust               TrustStats      `json:"trust"`
+	LastCheckpoint      *CheckpointInfo `json:"last_checkpoint,omitempty"`
+	// Reachability: whether peers can dial this node and how it reaches
+	// them (absent offline).
+	Reachability *Reachability `json:"reachability,omitempty"`
+	Run          RunStatus     `json:"run"`
+	Alone        *Alone        `json:"alone,omitempty"` // absent while the node has a partner
 	// Trainer: an external trainer's connection (absent for the built-in one).
 	Trainer *TrainerStatus `json:"trainer,omitempty"`
 }
@@ -83,6 +90,40 @@ type TrustStats struct {
 	MedianDistance float64          `json:"median_distance"`
 	Banned         int              `json:"banned"`
 	GateRefused    uint64           `json:"gate_refused"`
+}
+
+// Reachability is what a status says of the node's reachability: what
+// AutoNAT found, the relayed addresses it advertises, the hole punches,
+// the relay it serves for others, and how it reaches the peers it could
+// merge with.
+type Reachability struct {
+	Status           string        `json:"status"` // public, private or unknown
+	Forced           bool          `json:"forced"` // set by the profile or --dht-server, not probed
+	ReachableAddrs   []string      `json:"reachable_addrs"`
+	UnreachableAddrs []string      `json:"unreachable_addrs"`
+	RelayAddrs       []string      `json:"relay_addrs"`
+	HolePunches      int64         `json:"hole_punches"`
+	HolePunchesOK    int64         `json:"hole_punches_ok"`
+	RelayService     *RelayService `json:"relay_service,omitempty"` // absent: this node relays for no one
+	PeersDirect      int           `json:"peers_direct"`
+	PeersRelayed     int           `json:"peers_relayed"`
+	PeersNotConn     int           `json:"peers_not_connected"`
+	RelayedSkips     int64         `json:"relayed_skips"`
+	Dials            int64         `json:"dials"`
+	DialsFailed      int64         `json:"dials_failed"`
+	BackingOff       int           `json:"backing_off"`
+}
+
+// RelayService is what the circuit relay a node serves carries.
+type RelayService struct {
+	Reservations      int64   `json:"reservations"`
+	ReservationsTotal int64   `json:"reservations_total"`
+	Circuits          int64   `json:"circuits"`
+	CircuitsTotal     int64   `json:"circuits_total"`
+	BytesRelayed      int64   `json:"bytes_relayed"`
+	Denied            int64   `json:"denied"`
+	LimitS            float64 `json:"limit_s"`     // each relayed connection is cut after this long
+	LimitBytes        int64   `json:"limit_bytes"` // or after this many bytes in either direction
 }
 
 // TrainerStatus is an external trainer's connection to the node.
@@ -132,6 +173,16 @@ type PeerStatus struct {
 	LastSeenS       float64          `json:"last_seen_s"`
 	Connected       bool             `json:"connected"`
 	Merges          int64            `json:"merges"`
+	// Path: direct, relayed (no models go over it) or none.
+	Path          string `json:"path"`
+	RemoteAddr    string `json:"remote_addr,omitempty"`
+	HolePunched   bool   `json:"hole_punched"` // a hole punch made the direct connection
+	HolePunches   int64  `json:"hole_punches"`
+	HolePunchesOK int64  `json:"hole_punches_ok"`
+	LastHolePunch string `json:"last_hole_punch,omitempty"` // succeeded or failed
+	// Exchanges this node started with the peer, by path: direct or
+	// hole_punched.
+	Exchanges map[string]int64 `json:"exchanges"`
 }
 
 // Point is one entry of GET /v1/history.

@@ -34,6 +34,10 @@ type averager struct {
 
 	mu      sync.Mutex
 	perPeer map[peer.ID]int64 // merges per partner, both directions
+
+	// reach is which partners can be reached now, and the backoff of
+	// those that could not (paths.go).
+	reach *reachState
 }
 
 type inboundModel struct {
@@ -51,7 +55,8 @@ type MergeInfo struct {
 }
 
 func newAverager(n *Node, core *merge.Core) *averager {
-	return &averager{n: n, core: core, inbound: make(chan inboundModel, 4), perPeer: map[peer.ID]int64{}}
+	// The host that reach asks is set once it exists (startMesh).
+	return &averager{n: n, core: core, inbound: make(chan inboundModel, 4), perPeer: map[peer.ID]int64{}, reach: newReachState(nil)}
 }
 
 // receive is called by the gossip service with the initiator's model after
@@ -81,6 +86,10 @@ func (a *averager) run(ctx context.Context, send func(Event)) {
 			return
 		case in := <-a.inbound:
 			a.merge(in.from, in.snap, true)
+		case r := <-a.reach.results:
+			if wait := a.reach.reached(r, time.Now()); wait > 0 {
+				a.n.log.Debug("peer not reached directly: backing off", "peer", r.p, "wait", wait, "err", r.err)
+			}
 		case <-timer.C:
 			last = a.round(ctx, rng, last, send)
 			timer.Reset(next())
@@ -93,11 +102,7 @@ func (a *averager) run(ctx context.Context, send func(Event)) {
 // returns the partner.
 func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send func(Event)) peer.ID {
 	n := a.n
-	peers := n.partners()
-	cands := make([]merge.Candidate, len(peers))
-	for i, p := range peers {
-		cands[i] = merge.Candidate{Peer: p.Peer.String(), Progress: p.Progress}
-	}
+	cands := a.reach.candidates(n.partners(), time.Now())
 	c := merge.ChoosePartner(cands, float64(n.trainer.Stats().Progress), last.String(), n.cfg.CatchUp, rng.IntN)
 	if c.Peer == "" {
 		return last
@@ -106,6 +111,10 @@ func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send
 	if err != nil {
 		return last
 	}
+	// exchangeFailed counts every failed exchange or pull, on this
+	// goroutine only: a change of the count is this attempt's failure.
+	path, failed := a.reach.begin(p), a.failed.Load()
+	defer func() { a.reach.end(p, path, a.failed.Load() != failed, time.Now()) }()
 	if c.CatchUp {
 		a.catchUp(ctx, p, send)
 		return p

@@ -19,9 +19,12 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
 	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
 	dutil "github.com/libp2p/go-libp2p/p2p/discovery/util"
+	"github.com/libp2p/go-libp2p/p2p/host/autorelay"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
+	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
+	"github.com/libp2p/go-libp2p/p2p/protocol/holepunch"
 	noise "github.com/libp2p/go-libp2p/p2p/security/noise"
 	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
 	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
@@ -86,6 +89,10 @@ type HostConfig struct {
 	// DiscoveryInterval is how often the node advertises itself and looks
 	// for peers on the DHT (default 10 s; a minute on public).
 	DiscoveryInterval time.Duration
+	// RelayBootDelay (public profile) is how long after the start AutoRelay
+	// may wait to collect several relay candidates before it reserves a
+	// slot with fewer; 0 means DefaultRelayBootDelay.
+	RelayBootDelay time.Duration
 	// Gossip sets the resource limits raised for parameter streams.
 	Gossip gossip.Config
 }
@@ -98,6 +105,11 @@ type Host struct {
 	log  *slog.Logger
 	gate *Gate
 
+	// reach follows hole punches, the relay service and background dials
+	// (reach.go).
+	reach *reachWatch
+
+	ctx    context.Context // ends with Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	mdns   mdns.Service
@@ -142,6 +154,9 @@ func NewHost(key crypto.PrivKey, cfg HostConfig, log *slog.Logger) (*Host, error
 		if cfg.Profile == ProfilePublic {
 			cfg.DiscoveryInterval = time.Minute
 		}
+	}
+	if cfg.RelayBootDelay == 0 {
+		cfg.RelayBootDelay = DefaultRelayBootDelay
 	}
 	listen := cfg.Listen
 	if len(listen) == 0 {
@@ -193,9 +208,26 @@ func NewHost(key crypto.PrivKey, cfg HostConfig, log *slog.Logger) (*Host, error
 	} else {
 		opts = append(opts, libp2p.Transport(libp2pquic.NewTransport))
 	}
+	watch, relays := newReachWatch(), &relaySource{}
 	switch cfg.Profile {
 	case ProfilePublic:
-		opts = append(opts, libp2p.NATPortMap(), libp2p.EnableRelay(), libp2p.EnableHolePunching(), libp2p.EnableAutoNATv2())
+		// Every public node helps the others learn their reachability
+		// (AutoNAT v1 and v2 services), relays for peers behind NAT once it
+		// is reachable itself, and, behind NAT, finds a relay among its
+		// peers, advertises the relayed address and upgrades relayed
+		// connections by hole punching (reach.go).
+		opts = append(opts, libp2p.NATPortMap(), libp2p.EnableRelay(), libp2p.EnableAutoNATv2(), libp2p.EnableNATService(),
+			libp2p.EnableHolePunching(holepunch.WithTracer(watch)),
+			libp2p.EnableRelayService(relayv2.WithLimit(relayLimit()), relayv2.WithMetricsTracer(&watch.relay)),
+			libp2p.EnableAutoRelayWithPeerSource(relays.candidates, autorelay.WithBootDelay(cfg.RelayBootDelay),
+				autorelay.WithMinInterval(relayMinInterval)))
+		if cfg.DHTServer {
+			// A bootstrap node is reachable by definition (volunteers are
+			// given its address): it relays and serves from the start
+			// rather than after AutoNAT, which needs other reachable peers
+			// to confirm it: a mesh with one bootstrap node has none.
+			opts = append(opts, libp2p.ForceReachabilityPublic())
+		}
 	default:
 		// No relay, no NAT port mapping (UPnP/NAT-PMP), no AutoNAT: nothing
 		// leaves the machine or the LAN unless the user asked for it.
@@ -216,7 +248,10 @@ func NewHost(key crypto.PrivKey, cfg HostConfig, log *slog.Logger) (*Host, error
 		return nil, fmt.Errorf("node: DHT: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &Host{Host: h, DHT: kad, cfg: cfg, log: log, gate: gate, cancel: cancel}
+	n := &Host{Host: h, DHT: kad, cfg: cfg, log: log, gate: gate, reach: watch, ctx: ctx, cancel: cancel}
+	watch.setNetwork(h.Network())
+	h.Network().Notify(&network.NotifyBundle{DisconnectedF: watch.disconnected})
+	relays.h.Store(n)
 	if cfg.Profile == ProfileLAN {
 		n.mdns = mdns.NewMdnsService(h, "meshtrain-"+cfg.Network, mdnsNotifee{n: n, ctx: ctx})
 		if err := n.mdns.Start(); err != nil {
@@ -226,8 +261,20 @@ func NewHost(key crypto.PrivKey, cfg HostConfig, log *slog.Logger) (*Host, error
 	}
 	n.wg.Add(1)
 	go n.discover(ctx)
+	if cfg.Profile == ProfilePublic {
+		n.wg.Add(1)
+		go n.watchReachability(ctx, log)
+	}
 	return n, nil
 }
+
+// relayLimit is what the relay a public node serves lets through one
+// relayed connection: libp2p's default, 2 minutes and 128 KiB in each
+// direction. That is enough for the hole punch and the small messages
+// around it, not for a model (about 0.5 MB for the default MLP at fp16),
+// and models are never sent over a relay (reach.go): a relay thus costs
+// its operator little, at most 128 KiB each way per relayed connection.
+func relayLimit() *relayv2.RelayLimit { return relayv2.DefaultLimit() }
 
 // FullAddrs returns the host's listen addresses with its peer ID, the form
 // another node's --bootstrap takes.
@@ -333,7 +380,9 @@ func (n *Host) findPeers(ctx context.Context, rd *drouting.RoutingDiscovery, ns 
 		return
 	}
 	for ai := range ch {
-		if ai.ID == n.ID() || len(ai.Addrs) == 0 || n.Network().Connectedness(ai.ID) == network.Connected {
+		// A peer reached through a relay only is skipped too: dialing it
+		// again would return the same relayed connection.
+		if c := n.Network().Connectedness(ai.ID); ai.ID == n.ID() || len(ai.Addrs) == 0 || c == network.Connected || c == network.Limited {
 			continue
 		}
 		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
@@ -364,6 +413,7 @@ func (m mdnsNotifee) HandlePeerFound(ai peer.AddrInfo) {
 // Close stops discovery, then the DHT and the host. Safe to call twice.
 func (n *Host) Close() error {
 	n.once.Do(func() {
+		n.reach.close()
 		n.cancel()
 		if n.mdns != nil {
 			n.err = errors.Join(n.err, n.mdns.Close())

@@ -197,6 +197,7 @@ func (n *Node) startMesh(ctx context.Context) error {
 	if n.host, err = NewHost(n.key, hc, n.baseLog); err != nil {
 		return err
 	}
+	n.avg.reach.host = n.host
 	psCtx, stopPS := context.WithCancel(ctx)
 	n.stopPS = stopPS
 	if n.ps, err = pubsub.NewGossipSub(psCtx, n.host, n.pubsubOptions()...); err != nil {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/reputation"
@@ -36,6 +37,22 @@ type PeerStatus struct {
 	LastSeenS       float64          `json:"last_seen_s"` // seconds ago
 	Connected       bool             `json:"connected"`
 	Merges          int64            `json:"merges"`
+	// Path is how this node reaches the peer now: direct, relayed (models
+	// are not sent: the pair is skipped) or none. RemoteAddr is the
+	// connection's address; HolePunched says a hole punch made the direct
+	// connection. HolePunches and HolePunchesOK count the hole punches with
+	// the peer, LastHolePunch is the latest one's outcome (succeeded,
+	// failed; empty: none).
+	Path          string `json:"path"`
+	RemoteAddr    string `json:"remote_addr,omitempty"`
+	HolePunched   bool   `json:"hole_punched"`
+	HolePunches   int64  `json:"hole_punches"`
+	HolePunchesOK int64  `json:"hole_punches_ok"`
+	LastHolePunch string `json:"last_hole_punch,omitempty"`
+	// Exchanges counts the exchanges this node started with the peer, by
+	// the path they took: direct (a connection one side dialed) or
+	// hole_punched (a direct connection a hole punch made).
+	Exchanges map[string]int64 `json:"exchanges"`
 }
 
 // Peers lists the fresh peers that announced our fingerprint, and the
@@ -54,12 +71,16 @@ func (n *Node) Peers() []PeerStatus {
 			continue
 		}
 		s, _ := n.cfg.Merger.Lag.Staleness(own, params.Progress(p.Progress), n.cfg.Train.Batch)
+		path := n.host.PathTo(p.Peer)
 		out = append(out, PeerStatus{
 			PeerID: p.Peer.String(), Addrs: append([]string{}, p.Addrs...), Mode: p.Mode, Step: p.Step,
 			Progress: p.Progress, Loss: p.Loss, Accuracy: p.Accuracy, SamplesPerSec: p.SamplesPerSec,
 			Staleness: s, RTTS: n.host.Peerstore().LatencyEWMA(p.Peer).Seconds(),
 			LastSeenS: now.Sub(p.SeenAt).Seconds(), Connected: n.host.Network().Connectedness(p.Peer) == network.Connected,
 			Merges: merges[p.Peer.String()],
+			Path:   string(path.Path), RemoteAddr: path.RemoteAddr, HolePunched: path.HolePunched,
+			HolePunches: path.HolePunches, HolePunchesOK: path.HolePunchesOK, LastHolePunch: path.LastHolePunch,
+			Exchanges: n.exchangesByPath(p.Peer),
 		})
 	}
 	if n.trust != nil {
@@ -73,7 +94,12 @@ func (n *Node) Peers() []PeerStatus {
 				if r.State == reputation.OK {
 					continue
 				}
-				out = append(out, PeerStatus{PeerID: r.Peer, Addrs: []string{}, Merges: merges[r.Peer]})
+				ps := PeerStatus{PeerID: r.Peer, Addrs: []string{}, Merges: merges[r.Peer], Path: string(PathNone),
+					Exchanges: map[string]int64{}}
+				if id, err := peer.Decode(r.Peer); err == nil {
+					ps.Path, ps.Exchanges = string(n.host.PathTo(id).Path), n.exchangesByPath(id)
+				}
+				out = append(out, ps)
 				i = len(out) - 1
 			}
 			score := r.Score

@@ -32,23 +32,51 @@ type Status struct {
 	// synchronous baseline can be compared on the same terms.
 	NetworkWaitS float64 `json:"network_wait_s"`
 
-	Peers            int              `json:"peers"`
-	Merges           int64            `json:"merges"`
-	PeerMerges       map[string]int64 `json:"peer_merges"`
-	LastMerge        *MergeInfo       `json:"last_merge,omitempty"`
-	CatchUps         int64            `json:"catch_ups"`
-	ExchangesFailed  int64            `json:"exchanges_failed"`
-	ExchangeTimeouts int64            `json:"exchange_timeouts"`
-	InboundDropped   int64            `json:"inbound_dropped"`
-	Gossip           gossip.Stats     `json:"gossip"`
-	Trust            TrustStats       `json:"trust"`
-	LastCheckpoint   *store.Info      `json:"last_checkpoint,omitempty"`
+	Peers      int              `json:"peers"`
+	Merges     int64            `json:"merges"`
+	PeerMerges map[string]int64 `json:"peer_merges"`
+	LastMerge  *MergeInfo       `json:"last_merge,omitempty"`
+	CatchUps   int64            `json:"catch_ups"`
+	// ExchangesStarted counts the exchanges and pulls this node started,
+	// ExchangesFailed those that failed; ExchangeFailedShare is the share
+	// of the latest 100 started that failed.
+	ExchangesStarted    int64        `json:"exchanges_started"`
+	ExchangeFailedShare float64      `json:"exchange_failed_share"`
+	ExchangesFailed     int64        `json:"exchanges_failed"`
+	ExchangeTimeouts    int64        `json:"exchange_timeouts"`
+	InboundDropped      int64        `json:"inbound_dropped"`
+	Gossip              gossip.Stats `json:"gossip"`
+	Trust               TrustStats   `json:"trust"`
+	LastCheckpoint      *store.Info  `json:"last_checkpoint,omitempty"`
+	// Reachability is what the node knows of its own reachability and how
+	// it reaches its peers (absent offline).
+	Reachability *NodeReachability `json:"reachability,omitempty"`
 	// Run is where the swarm's run stands; Alone says why the node trains
 	// alone (absent while it has a partner).
 	Run   RunStatus `json:"run"`
 	Alone *Alone    `json:"alone,omitempty"`
 	// Trainer describes an external trainer (absent for the built-in one).
 	Trainer *TrainerStatus `json:"trainer,omitempty"`
+}
+
+// NodeReachability is the host's Reachability and how the averager
+// reaches the peers it could merge with.
+type NodeReachability struct {
+	Reachability
+	// PeersDirect, PeersRelayed and PeersNotConnected count the fresh peers
+	// on our run, in a merging mode, by how this node reaches them now.
+	// Models go to direct peers only.
+	PeersDirect       int `json:"peers_direct"`
+	PeersRelayed      int `json:"peers_relayed"`
+	PeersNotConnected int `json:"peers_not_connected"`
+	// RelayedSkips counts the times a round left out a peer reached only
+	// through a relay; Dials the background dials to peers not connected,
+	// DialsFailed those that ended without a direct connection; BackingOff
+	// the peers waiting out a backoff after a failed dial or exchange.
+	RelayedSkips int64 `json:"relayed_skips"`
+	Dials        int64 `json:"dials"`
+	DialsFailed  int64 `json:"dials_failed"`
+	BackingOff   int   `json:"backing_off"`
 }
 
 // TrainerStatus is an external trainer's side of the status: whether one
@@ -102,6 +130,7 @@ func (n *Node) Status() Status {
 	if a := n.avg; a != nil {
 		st.Merges, st.LastMerge, st.CatchUps = a.merges.Load(), a.last.Load(), a.catchups.Load()
 		st.ExchangesFailed, st.ExchangeTimeouts, st.InboundDropped = a.failed.Load(), a.timeouts.Load(), a.dropped.Load()
+		st.ExchangesStarted, st.ExchangeFailedShare = a.reach.started.Load(), a.reach.failedShare()
 	}
 	if n.cfg.Offline {
 		st.Mode, st.Profile = "offline", ""
@@ -127,7 +156,9 @@ func (n *Node) Status() Status {
 	st.Alone = n.Alone()
 	if n.host != nil {
 		st.PeerID, st.Addrs = n.id.String(), n.Addrs()
-		st.Peers = len(n.partners())
+		partners := n.partners()
+		st.Peers = len(partners)
+		st.Reachability = n.reachability(partners)
 	}
 	return st
 }

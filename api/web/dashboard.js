@@ -271,8 +271,12 @@
       const id = cell(tr, shortID(p.peer_id), "mono");
       id.title = p.peer_id;
       const dot = document.createElement("span");
-      dot.className = p.connected ? "on" : "off";
-      dot.title = p.connected ? "connected" : "not connected";
+      // How this node reaches the peer: models go over direct connections
+      // only, so a relayed peer is not merged with.
+      const path = p.path || (p.connected ? "direct" : "none");
+      dot.className = path === "direct" ? "on" : path === "relayed" ? "relayed" : "off";
+      dot.title = path === "direct" ? (p.hole_punched ? "direct (hole-punched)" : "direct")
+        : path === "relayed" ? "relayed only: no models exchanged" : "not connected";
       id.prepend(dot);
       cell(tr, p.mode || "—");
       cell(tr, int(p.step), "num");

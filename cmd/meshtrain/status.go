@@ -153,8 +153,11 @@ func printStatus(w io.Writer, st api.StatusResponse, now time.Time) {
 	row("uptime", "%s", secs(st.UptimeS))
 	row("peers", "%d (%s merges, %d catch-ups)", st.Peers, count(float64(st.Merges)), st.CatchUps)
 	g := st.Gossip
-	row("exchanges", "%d started, %d served, %d failed (%d timed out), %d inbound dropped",
-		g.ExchangesDone, g.ExchangesServed, st.ExchangesFailed, st.ExchangeTimeouts, st.InboundDropped)
+	row("exchanges", "%d started, %d served, %d failed (%d timed out; %.0f%% of the latest 100), %d inbound dropped",
+		st.ExchangesStarted, g.ExchangesServed, st.ExchangesFailed, st.ExchangeTimeouts, 100*st.ExchangeFailedShare, st.InboundDropped)
+	if r := st.Reachability; r != nil {
+		printReachability(row, r)
+	}
 	row("traffic", "%s sent, %s received", size(float64(g.BytesSent)), size(float64(g.BytesReceived)))
 	row("rejected", "%s", rejected(g.Rejected))
 	if m := st.LastMerge; m != nil {
@@ -178,13 +181,54 @@ func printStatus(w io.Writer, st api.StatusResponse, now time.Time) {
 	_ = tw.Flush()
 }
 
+// printReachability says whether peers can dial the node, how it can be
+// reached otherwise, and how it reaches the peers it could merge with.
+func printReachability(row func(k, format string, a ...any), r *api.Reachability) {
+	how := "AutoNAT"
+	if r.Forced {
+		how = "set by the profile or --dht-server"
+	}
+	var reach string
+	switch {
+	case r.Status == "public":
+		reach = fmt.Sprintf("public (%s): peers can dial this node", how)
+	case r.Status == "private" && len(r.RelayAddrs) > 0:
+		reach = fmt.Sprintf("private (%s): peers reach this node through %d relay address(es), then by hole punching", how, len(r.RelayAddrs))
+	case r.Status == "private" && !r.Forced:
+		reach = fmt.Sprintf("private (%s): behind a NAT or firewall, no relay slot yet", how)
+	case r.Status == "private":
+		reach = fmt.Sprintf("private (%s)", how)
+	default:
+		reach = "unknown (AutoNAT has not found out yet)"
+	}
+	if len(r.ReachableAddrs) > 0 {
+		reach += fmt.Sprintf("; dialable at %s", strings.Join(r.ReachableAddrs, " "))
+	}
+	row("reachability", "%s", reach)
+	if r.HolePunches > 0 {
+		row("hole punches", "%d of %d succeeded", r.HolePunchesOK, r.HolePunches)
+	}
+	paths := fmt.Sprintf("%d direct, %d relayed, %d not connected", r.PeersDirect, r.PeersRelayed, r.PeersNotConn)
+	if r.PeersRelayed > 0 {
+		paths += " (no models go over a relay: relayed peers are skipped)"
+	}
+	if r.BackingOff > 0 {
+		paths += fmt.Sprintf("; %d backing off after failures", r.BackingOff)
+	}
+	row("paths to peers", "%s", paths)
+	if s := r.RelayService; s != nil {
+		row("relay service", "%d slot(s) held, %d relayed connection(s) open (%d in all), %s relayed; each cut after %s or %s",
+			s.Reservations, s.Circuits, s.CircuitsTotal, size(float64(s.BytesRelayed)), secs(s.LimitS), size(float64(s.LimitBytes)))
+	}
+}
+
 func printPeers(w io.Writer, peers []api.PeerStatus, wide bool) {
 	if len(peers) == 0 {
 		fmt.Fprintln(w, "no fresh peers")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PEER\tMODE\tSTEP\tPROGRESS\tSTALENESS\tLOSS\tACCURACY\tSAMPLES/S\tRTT\tLAST SEEN\tMERGES\tREPUTATION\tCONNECTED")
+	fmt.Fprintln(tw, "PEER\tMODE\tSTEP\tPROGRESS\tSTALENESS\tLOSS\tACCURACY\tSAMPLES/S\tRTT\tLAST SEEN\tMERGES\tREPUTATION\tPATH")
 	for _, p := range peers {
 		id := short(p.PeerID)
 		if wide {
@@ -205,10 +249,7 @@ func printPeers(w io.Writer, peers []api.PeerStatus, wide bool) {
 		if p.RTTS > 0 {
 			rtt = secs(p.RTTS)
 		}
-		conn := "no"
-		if p.Connected {
-			conn = "yes"
-		}
+		conn := peerPath(p)
 		if p.Mode == "" {
 			// Listed for its reputation only (a banned peer no longer
 			// announces): there are no figures to show.
@@ -400,4 +441,17 @@ func (a *nodeAPI) stop() {
 	if err := <-a.done; err != nil {
 		fmt.Fprintf(a.e.stderr, "%s: %v\n", a.e.name, err)
 	}
+}
+
+// peerPath is the PATH column: how this node reaches the peer now.
+func peerPath(p api.PeerStatus) string {
+	switch {
+	case p.Path == "direct" && p.HolePunched:
+		return "hole-punched"
+	case p.Path == "direct" || p.Path == "relayed":
+		return p.Path
+	case p.Path == "" && p.Connected:
+		return "connected" // a node that does not say how
+	}
+	return "-"
 }

@@ -75,7 +75,11 @@ func TestStatusTable(t *testing.T) {
 		for _, want := range []string{
 			"12D3KooWHxkqBTjZqZ8yDyGGpdhhKpsZBVmWJ5NsS8BLVnqL7N6v", "main (mode gossip, profile local)", "1,234 (epoch 2)",
 			"78,976 samples", "0.3125", "91.25%", "3,457 samples/s, busy 97.0%", "2 (57 merges, 1 catch-ups)",
-			"40 started, 38 served, 4 failed (1 timed out), 2 inbound dropped", "117.7 MiB sent, 94.2 MiB received",
+			"45 started, 38 served, 4 failed (1 timed out; 4% of the latest 100), 2 inbound dropped", "117.7 MiB sent, 94.2 MiB received",
+			"private (AutoNAT): peers reach this node through 1 relay address(es), then by hole punching",
+			"hole punches    2 of 3 succeeded",
+			"1 direct, 1 relayed, 0 not connected (no models go over a relay: relayed peers are skipped); 1 backing off",
+			"1 slot(s) held, 1 relayed connection(s) open (5 in all), 40.0 KiB relayed; each cut after 2m0s or 128.0 KiB",
 			"3 (checksum 2, stale 1)", "from …tKm5XXP8mA, staleness 1.50, weight 0.312", "#7 at step 1,200",
 			"/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWHxkqBTjZqZ8yDyGGpdhhKpsZBVmWJ5NsS8BLVnqL7N6v\n",
 		} {
@@ -109,9 +113,9 @@ func TestPeersTable(t *testing.T) {
 		t.Fatalf("want a header and three rows:\n%s", out)
 	}
 	for i, want := range [][]string{
-		{"…tKm5XXP8mA", "gossip", "1,100", "70,400", "133.0", "90.50%", "0.75", "yes", "30"},
-		{"…1Nft9HyQ6X", "local", "600", "634.0", "85.00%", "  -  ", "no", "27"},
-		{"…4wxn6kQgE7", "-45.00 banned", "no"},
+		{"…tKm5XXP8mA", "gossip", "1,100", "70,400", "133.0", "90.50%", "0.75", "hole-punched", "30"},
+		{"…1Nft9HyQ6X", "local", "600", "634.0", "85.00%", "  -  ", "relayed", "27"},
+		{"…4wxn6kQgE7", "-45.00 banned", " -"},
 	} {
 		for _, w := range want {
 			if !strings.Contains(lines[i+1], w) {
