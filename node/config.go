@@ -215,6 +215,13 @@ func (c Config) Validate() error {
 	if tc.RunSamples == 0 && c.Epochs > 0 {
 		tc.RunSamples = c.Epochs
 	}
+	// "--shard auto" becomes a shard once the peer ID is known (New).
+	if _, auto, err := train.ParseAutoShard(tc.Shard); auto {
+		if err != nil {
+			sub("shard", err)
+		}
+		tc.Shard = "all"
+	}
 	sub("", tc.Validate())
 	if c.Train.Epochs != 0 {
 		bad("train epochs %d: must be 0 (a node's run length is Config.Epochs, counted over the swarm)", c.Train.Epochs)
@@ -262,6 +269,12 @@ func (c Config) Validate() error {
 		}
 		if c.SyncTimeout <= 0 {
 			bad("sync-timeout %v: must be > 0", c.SyncTimeout)
+		}
+		if c.Host.DiscoveryInterval < 0 {
+			bad("discovery-interval %v: must be >= 0", c.Host.DiscoveryInterval)
+		}
+		if c.Host.RelayBootDelay < 0 {
+			bad("relay-boot-delay %v: must be >= 0", c.Host.RelayBootDelay)
 		}
 		sub("trust", c.Trust.Validate())
 	}

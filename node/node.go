@@ -17,6 +17,7 @@ import (
 	"github.com/meshtrain/meshtrain/merge"
 	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/store"
+	"github.com/meshtrain/meshtrain/train"
 )
 
 // Node is one meshtrain peer: the built-in trainer, its checkpoints, and
@@ -97,11 +98,60 @@ func New(ctx context.Context, cfg Config, st store.Store, log *slog.Logger, emit
 	if trusting(cfg) {
 		holdout = cfg.Trust.Holdout
 	}
+	key, err := autoShard(&cfg, st, log)
+	if err != nil {
+		return nil, err
+	}
 	t, _, err := newGoTrainer(cfg, holdout, log)
 	if err != nil {
 		return nil, err
 	}
-	return NewWith(ctx, cfg, t, st, log, emit)
+	return newWith(ctx, cfg, t, st, log, emit, key)
+}
+
+// autoShard resolves "--shard auto[:N]": volunteers who join an open mesh
+// with no coordination each take the shard their peer ID hashes to, and
+// walk it in an order their peer ID also picks (unless --order-seed is
+// given), so two peers on one shard do not take the same steps. The same
+// data dir thus always trains the same shard. It returns the identity key
+// it loaded (nil for any other shard), which the node then goes on with.
+func autoShard(cfg *Config, st store.Store, log *slog.Logger) (crypto.PrivKey, error) {
+	count, auto, err := train.ParseAutoShard(cfg.Train.Shard)
+	if !auto || err != nil {
+		return nil, err
+	}
+	key, id, err := nodeIdentity(st)
+	if err != nil {
+		return nil, err
+	}
+	sh, err := train.ShardFromKey([]byte(id), count)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Train.Shard = sh.String()
+	if cfg.Train.OrderSeed == 0 {
+		cfg.Train.OrderSeed = train.OrderSeedFromKey([]byte(id))
+	}
+	if log != nil {
+		log.Info("shard auto: training the shard this peer ID picks", "component", "node", "shard", cfg.Train.Shard,
+			"order_seed", cfg.Train.OrderSeed)
+	}
+	return key, nil
+}
+
+// nodeIdentity is the node's key: the data dir's, or a new one without a
+// store.
+func nodeIdentity(st store.Store) (crypto.PrivKey, peer.ID, error) {
+	if st != nil {
+		key, id, _, err := Identity(st)
+		return key, id, err
+	}
+	key, _, err := crypto.GenerateKeyPair(crypto.Ed25519, -1)
+	if err != nil {
+		return nil, "", fmt.Errorf("node: generate identity: %w", err)
+	}
+	id, err := peer.IDFromPrivateKey(key)
+	return key, id, err
 }
 
 // trusting reports whether cfg runs the trust checks: in gossip mode, on
@@ -115,6 +165,11 @@ func trusting(cfg Config) bool { return cfg.Trust.Enabled && cfg.Mode == ModeGos
 // (TrainerInfo.TrainSamples). The trainer's fingerprint must cover the run
 // (its length and schedule) for peers that disagree on it never to merge.
 func NewWith(ctx context.Context, cfg Config, t Trainer, st store.Store, log *slog.Logger, emit func(Event)) (*Node, error) {
+	return newWith(ctx, cfg, t, st, log, emit, nil)
+}
+
+// newWith is NewWith with the identity key, if New loaded it already.
+func newWith(ctx context.Context, cfg Config, t Trainer, st store.Store, log *slog.Logger, emit func(Event), key crypto.PrivKey) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -126,7 +181,7 @@ func NewWith(ctx context.Context, cfg Config, t Trainer, st store.Store, log *sl
 	}
 	total := cfg.Epochs * float64(t.Info().TrainSamples)
 	n := &Node{cfg: cfg, log: log.With("component", "node"), baseLog: log, st: st, trainer: t, fp: t.Fingerprint(),
-		started: time.Now(), runTotal: total, clock: newRunClock(0), rep: newReporter()}
+		started: time.Now(), runTotal: total, clock: newRunClock(0), rep: newReporter(), key: key}
 	if st != nil {
 		base, err := resume(ctx, cfg, st, t, log, emit)
 		if err != nil {
@@ -167,13 +222,10 @@ func NewWith(ctx context.Context, cfg Config, t Trainer, st store.Store, log *sl
 
 func (n *Node) startMesh(ctx context.Context) error {
 	var err error
-	if n.st != nil {
-		n.key, n.id, _, err = Identity(n.st)
+	if n.key != nil {
+		n.id, err = peer.IDFromPrivateKey(n.key)
 	} else {
-		n.key, _, err = crypto.GenerateKeyPair(crypto.Ed25519, -1)
-		if err == nil {
-			n.id, err = peer.IDFromPrivateKey(n.key)
-		}
+		n.key, n.id, err = nodeIdentity(n.st)
 	}
 	if err != nil {
 		return err

@@ -87,6 +87,40 @@ func ShardFromKey(key []byte, n int) (Shard, error) {
 	return Shard{Index: int(binary.BigEndian.Uint64(h[:8]) % uint64(n)), Count: n}, nil
 }
 
+// DefaultAutoShards is how many shards "--shard auto" splits the training
+// set into. A mesh with fewer peers leaves some shards untrained (a peer
+// still learns them through its partners' models only if someone trains
+// them); one with more has several peers on a shard, each in its own
+// order. Eight keeps each MNIST shard at 7,500 samples, enough for a
+// model of its own to be worth merging, while a handful of volunteers
+// already covers most of the set.
+const DefaultAutoShards = 8
+
+// ParseAutoShard reads "auto" (DefaultAutoShards shards) or "auto:N". ok
+// reports whether s is an auto form at all; err whether it is a bad one.
+func ParseAutoShard(s string) (n int, ok bool, err error) {
+	rest, found := strings.CutPrefix(s, "auto")
+	switch {
+	case !found:
+		return 0, false, nil
+	case rest == "":
+		return DefaultAutoShards, true, nil
+	}
+	ns, colon := strings.CutPrefix(rest, ":")
+	n, perr := parseCount(ns)
+	if !colon || perr != nil || n < 1 || n > MaxShards {
+		return 0, true, fmt.Errorf("%w: %q: want auto or auto:N with 1 <= N <= %d", ErrBadShard, s, MaxShards)
+	}
+	return n, true, nil
+}
+
+// OrderSeedFromKey derives a sample order from a key (a peer ID), so peers
+// that "--shard auto" puts on the same shard walk it in different orders.
+func OrderSeedFromKey(key []byte) uint64 {
+	h := sha256.Sum256(append([]byte("meshtrain-order-v1:"), key...))
+	return binary.BigEndian.Uint64(h[:8])
+}
+
 // IIDSplit shuffles 0..n-1 with seed and cuts it into count contiguous parts
 // whose sizes differ by at most one. The parts are disjoint, cover every
 // index, and are sorted.

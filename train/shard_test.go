@@ -178,3 +178,39 @@ func TestShardFromKey(t *testing.T) {
 		t.Fatal("zero shards accepted")
 	}
 }
+
+func TestParseAutoShard(t *testing.T) {
+	for _, c := range []struct {
+		in     string
+		n      int
+		ok     bool
+		failed bool
+	}{
+		{"auto", DefaultAutoShards, true, false},
+		{"auto:16", 16, true, false},
+		{"auto:1", 1, true, false},
+		{"all", 0, false, false},
+		{"3/8", 0, false, false},
+		{"auto:0", 0, true, true},
+		{"auto:", 0, true, true},
+		{"auto:-2", 0, true, true},
+		{"auto16", 0, true, true},
+		{"auto:65537", 0, true, true},
+		{"auto: 4", 0, true, true},
+	} {
+		n, ok, err := ParseAutoShard(c.in)
+		if n != c.n || ok != c.ok || (err != nil) != c.failed {
+			t.Errorf("ParseAutoShard(%q) = %d, %v, %v; want %d, %v, error %v", c.in, n, ok, err, c.n, c.ok, c.failed)
+		}
+		if err != nil && !errors.Is(err, ErrBadShard) {
+			t.Errorf("ParseAutoShard(%q): error %v does not wrap ErrBadShard", c.in, err)
+		}
+	}
+}
+
+func TestOrderSeedFromKey(t *testing.T) {
+	a, b := OrderSeedFromKey([]byte("peer-1")), OrderSeedFromKey([]byte("peer-2"))
+	if a == b || a != OrderSeedFromKey([]byte("peer-1")) {
+		t.Errorf("order seeds %d, %d: want distinct per key and the same for the same key", a, b)
+	}
+}

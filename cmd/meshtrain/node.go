@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -38,7 +39,11 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	var listen, bootstrap listFlag
 	fs.Var(&listen, "listen", "multiaddr to listen on (repeatable; default TCP and QUIC on a free port, TCP only with --psk)")
 	fs.Var(&bootstrap, "bootstrap", "multiaddr of a peer to join through, with /p2p/<peer ID> (repeatable)")
-	dhtServer := fs.Bool("dht-server", false, "serve the DHT even on the public profile (bootstrap nodes)")
+	dhtServer := fs.Bool("dht-server", false,
+		"a bootstrap node: serve the DHT even on the public profile, and (public) count as reachable from the start: relay for peers behind NAT")
+	discovery := fs.Duration("discovery-interval", 0, "how often to advertise on and search the DHT (0: 10 s, or 1 min on --profile public)")
+	relayBoot := fs.Duration("relay-boot-delay", node.DefaultRelayBootDelay,
+		"public profile, behind NAT: how long after the start to collect relay candidates before reserving a slot with fewer")
 	pskFile := fs.String("psk", "", "private network key (meshtrain keygen --psk); TCP only: go-libp2p's QUIC does not support private networks")
 	var allowPeers listFlag
 	fs.Var(&allowPeers, "allow-peers", "talk only to these peers: peer IDs, comma-separated, or @FILE with one per line (repeatable; default: anyone)")
@@ -143,6 +148,12 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	case external && *mode == string(node.ModeSync):
 		errs = append(errs, "--trainer external runs in gossip or local mode (sync mode drives the built-in trainer's steps)")
 	}
+	if *discovery < 0 {
+		errs = append(errs, fmt.Sprintf("--discovery-interval %v: must be >= 0", *discovery))
+	}
+	if *relayBoot <= 0 {
+		errs = append(errs, fmt.Sprintf("--relay-boot-delay %v: must be > 0", *relayBoot))
+	}
 	if snaps.Dir != "" && snaps.Every <= 0 {
 		errs = append(errs, fmt.Sprintf("--snapshot-every %v: must be > 0", snaps.Every))
 	}
@@ -150,7 +161,15 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 		return usageError(e, "%s", strings.Join(errs, "; "))
 	}
 	cfg.Train.Network, cfg.Host.Network = *network, *network
+	shardSet := false
+	fs.Visit(func(f *flag.Flag) { shardSet = shardSet || f.Name == "shard" })
+	if !shardSet && cfg.Host.Profile == node.ProfilePublic {
+		// Volunteers who join an open mesh with no coordination need a
+		// shard of their own: the one their peer ID picks.
+		cfg.Train.Shard = "auto"
+	}
 	cfg.Host.Listen, cfg.Host.DHTServer = listen, *dhtServer
+	cfg.Host.DiscoveryInterval, cfg.Host.RelayBootDelay = *discovery, *relayBoot
 	cfg.AvgInterval, cfg.Merger.Alpha, cfg.CatchUp, cfg.MaxUpload = *avgInterval, *alpha, *catchUp, *maxUpload
 	cfg.Trust.Enabled, cfg.Trust.Holdout = *trust, *holdout
 	cfg.SyncTimeout = *syncTimeout

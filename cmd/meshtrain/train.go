@@ -47,7 +47,8 @@ func (f *trainFlags) register(fs *flag.FlagSet, c node.Config) {
 		"length of the run in passes over the whole training set, counted over every node's samples; the LR schedule spans it (0: no end)")
 	fs.Uint64Var(&f.seed, "seed", d.Seed, "seed of the initial model and the shard split (shared by a whole network)")
 	fs.Uint64Var(&f.orderSeed, "order-seed", 0, "seed of the sample order on top of --seed")
-	fs.StringVar(&f.cfg.Shard, "shard", d.Shard, "data shard: all or i/n (0-based)")
+	fs.StringVar(&f.cfg.Shard, "shard", d.Shard,
+		"data shard: all, i/n (0-based), or auto[:N]: the one of N shards (default 8) the peer ID picks (the default of meshtrain node --profile public)")
 	fs.Float64Var(&f.cfg.Alpha, "non-iid", 0, "Dirichlet alpha for label-skewed shards (0: iid)")
 	fs.Float64Var(&f.cfg.Slowdown, "slowdown", d.Slowdown, "emulate hardware F times slower: each step lasts F x the base step time")
 	fs.DurationVar(&f.baseStep, "base-step", 0, "base step time for --slowdown (0: calibrate at start)")
