@@ -562,6 +562,9 @@ type nsEvent struct {
 		Merges     int64            `json:"merges"`
 		PeerMerges map[string]int64 `json:"peer_merges"`
 	} `json:"status"`
+	// Raw is the whole line of a final event, for tests that read more of
+	// its status.
+	Raw json.RawMessage `json:"-"`
 }
 
 // nsProc is a meshtrain process in a network namespace.
@@ -600,6 +603,9 @@ func startInNetns(t *testing.T, ns string, args ...string) *nsProc {
 		for sc.Scan() {
 			var e nsEvent
 			if err := json.Unmarshal(sc.Bytes(), &e); err == nil {
+				if e.Event == "final" {
+					e.Raw = append(json.RawMessage(nil), sc.Bytes()...)
+				}
 				p.events <- e
 			}
 		}
