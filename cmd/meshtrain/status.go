@@ -185,8 +185,11 @@ func printStatus(w io.Writer, st api.StatusResponse, now time.Time) {
 // reached otherwise, and how it reaches the peers it could merge with.
 func printReachability(row func(k, format string, a ...any), r *api.Reachability) {
 	how := "AutoNAT"
-	if r.Forced {
-		how = "set by the profile or --dht-server"
+	switch {
+	case r.Forced && r.Status == "public":
+		how = "set by --dht-server"
+	case r.Forced:
+		how = "set by the profile"
 	}
 	var reach string
 	switch {
