@@ -111,10 +111,9 @@ func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send
 	if err != nil {
 		return last
 	}
-	// exchangeFailed counts every failed exchange or pull, on this
-	// goroutine only: a change of the count is this attempt's failure.
-	path, failed := a.reach.begin(p), a.failed.Load()
-	defer func() { a.reach.end(p, path, a.failed.Load() != failed, time.Now()) }()
+	// exchangeFailed tells reach of a failure; end judges the attempt.
+	path := a.reach.begin(p)
+	defer func() { a.reach.end(p, path, time.Now()) }()
 	if c.CatchUp {
 		a.catchUp(ctx, p, send)
 		return p
@@ -134,6 +133,7 @@ func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send
 
 func (a *averager) exchangeFailed(p peer.ID, err error) {
 	a.failed.Add(1)
+	a.reach.failure = err
 	if errors.Is(err, context.DeadlineExceeded) || gossip.ReasonOf(err) == gossip.ReasonTimeout {
 		a.timeouts.Add(1)
 	}

@@ -1,7 +1,9 @@
 package node
 
 import (
+	"errors"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +30,8 @@ import (
 //     failed: the pair is skipped, see docs/operations.md);
 //   - dialed in the background if it is not connected at all, and left out
 //     this round: the next round finds it connected, or the dial failed
-//     and the peer backs off.
+//     and the peer backs off (unless it announces new addresses: a peer
+//     behind NAT announces its relayed one some 15 s after it starts).
 
 // Backoff after failed attempts on a peer: 1 s, doubling, at most 5
 // minutes (a peer behind a NAT we cannot get through is then dialed, and
@@ -65,14 +68,26 @@ type reachState struct {
 
 	recent  [failWindow]bool // true: failed; a ring of the latest exchanges
 	next, n int
+	// failure is the error of the exchange under way (between begin and
+	// end), which the averager's exchangeFailed sets.
+	failure error
 
 	started, relayedSkips, dials, dialsFailed atomic.Int64
 	backingOff                                atomic.Int64  // partners left out for a backoff in the latest round
 	share                                     atomic.Uint64 // float64 bits: failed share of recent
 
+	// dialed holds the announced addresses each background dial used (the
+	// averager's goroutine owns it): a peer whose addresses changed since
+	// its failed dial (it just got a relayed address) is dialed again at
+	// once instead of after its backoff.
+	dialed map[peer.ID]string
+
 	mu     sync.Mutex
 	byPath map[peer.ID]map[string]int64 // exchanges we started, by path
 }
+
+// maxDialed bounds reachState.dialed (it is cleared when full).
+const maxDialed = 4096
 
 type reachResult struct {
 	p   peer.ID
@@ -81,7 +96,7 @@ type reachResult struct {
 
 func newReachState(h pathFinder) *reachState {
 	return &reachState{host: h, backoff: merge.NewBackoff(reachBackoffBase, reachBackoffMax),
-		results: make(chan reachResult, 16), byPath: map[peer.ID]map[string]int64{}}
+		results: make(chan reachResult, 16), byPath: map[peer.ID]map[string]int64{}, dialed: map[peer.ID]string{}}
 }
 
 // candidates are the partners the averager may exchange with now (see the
@@ -92,11 +107,15 @@ func (r *reachState) candidates(peers []gossip.PeerInfo, now time.Time) []merge.
 	defer func() { r.backingOff.Store(int64(waiting)) }()
 	for _, p := range peers {
 		id := p.Peer.String()
+		path := r.host.PathTo(p.Peer).Path
+		addrs := strings.Join(p.Addrs, " ")
 		if !r.backoff.Ready(id, now) {
-			waiting++
-			continue
+			if prev, ok := r.dialed[p.Peer]; !ok || prev == addrs || path != PathNone {
+				waiting++
+				continue
+			}
 		}
-		switch r.host.PathTo(p.Peer).Path {
+		switch path {
 		case PathDirect:
 			out = append(out, merge.Candidate{Peer: id, Progress: p.Progress})
 		case PathRelayed:
@@ -104,6 +123,10 @@ func (r *reachState) candidates(peers []gossip.PeerInfo, now time.Time) []merge.
 		default:
 			if r.host.Reach(p.Peer, announcedAddrs(p.Addrs), r.report) {
 				r.dials.Add(1)
+				if len(r.dialed) >= maxDialed {
+					clear(r.dialed)
+				}
+				r.dialed[p.Peer] = addrs
 			}
 		}
 	}
@@ -124,6 +147,7 @@ func (r *reachState) report(p peer.ID, err error) {
 func (r *reachState) reached(res reachResult, now time.Time) time.Duration {
 	if res.err == nil {
 		r.backoff.Succeed(res.p.String())
+		delete(r.dialed, res.p)
 		return 0
 	}
 	r.dialsFailed.Add(1)
@@ -133,15 +157,20 @@ func (r *reachState) reached(res reachResult, now time.Time) time.Duration {
 // begin counts an exchange (or pull) we start with p and returns its path.
 func (r *reachState) begin(p peer.ID) string {
 	r.started.Add(1)
+	r.failure = nil
 	if r.host.PathTo(p).HolePunched {
 		return exchangeHolePunched
 	}
 	return exchangeDirect
 }
 
-// end records how an exchange begun on path went: a failed one makes p
-// back off.
-func (r *reachState) end(p peer.ID, path string, failed bool, now time.Time) {
+// end records how the exchange begun on path went (failure says): a failed
+// one makes p back off, unless p answered that it is busy or has no model
+// yet (it is reachable, and may well take the next one).
+func (r *reachState) end(p peer.ID, path string, now time.Time) {
+	failed := r.failure != nil
+	busy := errors.Is(r.failure, gossip.ErrPeerBusy) || errors.Is(r.failure, gossip.ErrUnavailable)
+	r.failure = nil
 	r.recent[r.next] = failed
 	r.next = (r.next + 1) % failWindow
 	r.n = min(r.n+1, failWindow)
@@ -153,7 +182,9 @@ func (r *reachState) end(p peer.ID, path string, failed bool, now time.Time) {
 	}
 	r.share.Store(math.Float64bits(float64(k) / float64(r.n)))
 	if failed {
-		r.backoff.Fail(p.String(), now)
+		if !busy {
+			r.backoff.Fail(p.String(), now)
+		}
 		return
 	}
 	r.backoff.Succeed(p.String())

@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -121,8 +122,22 @@ func TestCandidatesByPath(t *testing.T) {
 	if r.candidates(peers, t0.Add(reachBackoffBase)); len(f.dialed) != 2 {
 		t.Errorf("not dialed again once the backoff ended: %v", f.dialed)
 	}
-	if r.dialsFailed.Load() != 1 {
-		t.Errorf("failed dials %d, want 1", r.dialsFailed.Load())
+	// Failed again; within the backoff, the peer announces a new address
+	// (a relayed one): it is dialed again at once, with it.
+	f.inFlight[none] = false
+	r.reached(reachResult{p: none, err: ErrRelayedOnly}, t0.Add(reachBackoffBase))
+	r.candidates(peers, t0.Add(reachBackoffBase+time.Millisecond))
+	if len(f.dialed) != 2 {
+		t.Errorf("dialed again within the backoff with the same addresses: %v", f.dialed)
+	}
+	circuit := "/ip4/198.51.100.7/tcp/4001/p2p/" + direct.String() + "/p2p-circuit"
+	peers[3] = info(none, 40, "/ip4/198.51.100.1/tcp/4001", circuit)
+	r.candidates(peers, t0.Add(reachBackoffBase+2*time.Millisecond))
+	if len(f.dialed) != 3 || len(f.addrs[none]) != 2 {
+		t.Errorf("new announced addresses within the backoff: dials %v with %v, want a third with both", f.dialed, f.addrs[none])
+	}
+	if r.dialsFailed.Load() != 2 {
+		t.Errorf("failed dials %d, want 2", r.dialsFailed.Load())
 	}
 }
 
@@ -141,27 +156,27 @@ func TestExchangeOutcomes(t *testing.T) {
 	if p := r.begin(a); p != exchangeDirect {
 		t.Errorf("path of an exchange over a dialed connection: %q", p)
 	}
-	r.end(a, exchangeDirect, true, t0)
-	r.end(a, exchangeDirect, true, t0.Add(reachBackoffBase))
+	fail(r, a, errors.New("stream reset"), t0)
+	fail(r, a, errors.New("stream reset"), t0.Add(reachBackoffBase))
 	if got := candidatePeers(r.candidates(peers, t0.Add(reachBackoffBase+time.Second))); !slices.Equal(got, []string{b.String()}) {
 		t.Errorf("after two failures in a row, 1 s after the second: candidates %v, want only %s (a waits 2 s)", got, b)
 	}
 	if got := r.candidates(peers, t0.Add(3*reachBackoffBase)); len(got) != 2 {
 		t.Errorf("once the backoff ended: %d candidates, want 2", len(got))
 	}
-	r.end(a, exchangeDirect, false, t0.Add(3*time.Second))
+	ok(r, a, exchangeDirect, t0.Add(3*time.Second))
 	if r.backoff.Failures(a.String()) != 0 {
 		t.Errorf("a success left %d failures", r.backoff.Failures(a.String()))
 	}
 	if p := r.begin(b); p != exchangeHolePunched {
 		t.Errorf("path of an exchange over a hole-punched connection: %q", p)
 	}
-	r.end(b, exchangeHolePunched, false, t0)
+	r.end(b, exchangeHolePunched, t0)
 	if got := r.failedShare(); got != 0.5 {
 		t.Errorf("failed share of 2 failures in 4 exchanges: %v", got)
 	}
-	if r.started.Load() != 2 {
-		t.Errorf("started %d, want the 2 begun", r.started.Load())
+	if r.started.Load() != 5 {
+		t.Errorf("started %d, want the 5 begun", r.started.Load())
 	}
 	if m := r.exchangesByPath(a); m[exchangeDirect] != 1 || len(m) != 1 {
 		t.Errorf("a's exchanges by path %v, want direct 1", m)
@@ -171,15 +186,37 @@ func TestExchangeOutcomes(t *testing.T) {
 	}
 	// The window forgets the oldest outcomes.
 	for range failWindow {
-		r.end(a, exchangeDirect, false, t0)
+		ok(r, a, exchangeDirect, t0)
 	}
 	if got := r.failedShare(); got != 0 {
 		t.Errorf("failed share after %d successes: %v", failWindow, got)
 	}
-	r.end(a, exchangeDirect, true, t0)
+	fail(r, a, errors.New("timeout"), t0)
 	if got := r.failedShare(); got != 1.0/failWindow {
 		t.Errorf("failed share after one failure in the window: %v", got)
 	}
+	// A peer that answers busy, or has no model yet, is reachable: its
+	// failure counts, but it does not back off.
+	r.backoff.Succeed(a.String())
+	fail(r, a, fmt.Errorf("gossip: exchange with %s: %w", a, gossip.ErrPeerBusy), t0)
+	fail(r, a, gossip.ErrUnavailable, t0)
+	if !r.backoff.Ready(a.String(), t0) || r.failedShare() != 3.0/failWindow {
+		t.Errorf("after busy and unavailable answers: ready %v (want true), failed share %v (want 3/%d)",
+			r.backoff.Ready(a.String(), t0), r.failedShare(), failWindow)
+	}
+}
+
+// fail runs an exchange with p that fails with err, as the averager does.
+func fail(r *reachState, p peer.ID, err error, now time.Time) {
+	path := r.begin(p)
+	r.failure = err
+	r.end(p, path, now)
+}
+
+// ok runs an exchange with p on path that succeeds.
+func ok(r *reachState, p peer.ID, path string, now time.Time) {
+	r.begin(p)
+	r.end(p, path, now)
 }
 
 func TestReportDropsWhenFull(t *testing.T) {
