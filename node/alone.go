@@ -31,6 +31,10 @@ const (
 	// AloneAllBanned: every peer that trains our model is banned or
 	// ignored by the trust checks.
 	AloneAllBanned AloneReason = "all_peers_banned"
+	// AloneRelayedOnly: the peers that could be partners are reached only
+	// through a relay (a hole punch between the two NATs failed), and
+	// models do not go over relays.
+	AloneRelayedOnly AloneReason = "relayed_only"
 	// AloneOtherMode: peers train our model in another mode (sync, local).
 	AloneOtherMode AloneReason = "other_mode"
 	// AloneNoAnnouncements: peers are connected but none has announced
@@ -62,6 +66,7 @@ type aloneInputs struct {
 	sameFP    int               // fresh peers announcing our fingerprint
 	inMode    int               // of those, in our mode
 	excluded  int               // of those in our mode, banned or ignored
+	relayed   int               // of those in our mode not excluded, reached only through a relay
 	modes     map[string]int    // modes of the peers on our fingerprint
 }
 
@@ -96,6 +101,10 @@ func diagnose(in aloneInputs) (AloneReason, string) {
 	case in.inMode > 0 && in.excluded == in.inMode:
 		return AloneAllBanned, fmt.Sprintf("training alone: all %d peer(s) on this run are banned or ignored by the trust checks "+
 			"(meshtrain peers shows why)", in.inMode)
+	case in.relayed > 0 && in.excluded+in.relayed == in.inMode:
+		return AloneRelayedOnly, fmt.Sprintf("training alone: the %d peer(s) on this run are reachable only through a relay "+
+			"(a hole punch through this node's NAT and theirs failed; it is retried) and models are not sent over relays: "+
+			"a reachable peer (a public node, or one behind a NAT that keeps ports) gets this node merging again", in.relayed)
 	case in.sameFP > 0 && in.inMode == 0:
 		var ms []string
 		for m, k := range in.modes {

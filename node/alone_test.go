@@ -19,6 +19,7 @@ func TestDiagnoseReasonNames(t *testing.T) {
 		AloneFingerprintMismatch:  "fingerprint_mismatch",
 		AloneAllBanned:            "all_peers_banned",
 		AloneOtherMode:            "other_mode",
+		AloneRelayedOnly:          "relayed_only",
 		AloneNoAnnouncements:      "no_announcements",
 	} {
 		if string(reason) != want {
@@ -153,6 +154,22 @@ func TestDiagnose(t *testing.T) {
 			want:   AloneAllBanned,
 			has:    []string{"all 1 peer(s)"},
 			hasNot: []string{"abcd", "sync"},
+		},
+		{
+			name: "relayed only",
+			in: aloneInputs{profile: ProfilePublic, mode: ModeGossip, connected: 2, ourFP: "abcd",
+				sameFP: 2, inMode: 2, relayed: 2},
+			want: AloneRelayedOnly,
+			has:  []string{"the 2 peer(s)", "only through a relay", "hole punch", "not sent over relays"},
+		},
+		{
+			// One banned, one relayed: still no partner, and the relay is
+			// what a user can do something about.
+			name: "relayed only, the rest banned",
+			in: aloneInputs{profile: ProfilePublic, mode: ModeGossip, connected: 2, ourFP: "abcd",
+				sameFP: 2, inMode: 2, excluded: 1, relayed: 1},
+			want: AloneRelayedOnly,
+			has:  []string{"the 1 peer(s)"},
 		},
 		{
 			name: "other mode",

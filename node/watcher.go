@@ -69,7 +69,7 @@ func (n *Node) checkAlone(now time.Time, withPartner *time.Time) {
 		*withPartner = *start
 	}
 	in := n.aloneInputs(now)
-	if in.inMode-in.excluded > 0 {
+	if in.inMode-in.excluded-in.relayed > 0 {
 		*withPartner = now
 		if prev := n.alone.Swap(nil); prev != nil {
 			n.log.Info("found a partner: training with the swarm", "peers", in.inMode-in.excluded)
@@ -108,8 +108,11 @@ func (n *Node) aloneInputs(now time.Time) aloneInputs {
 			continue
 		}
 		in.inMode++
-		if n.standing(p.Peer) != reputation.OK {
+		switch {
+		case n.standing(p.Peer) != reputation.OK:
 			in.excluded++
+		case n.host.PathTo(p.Peer).Path == PathRelayed:
+			in.relayed++
 		}
 	}
 	for _, p := range n.otherFP.recent(now) {
