@@ -111,9 +111,14 @@ func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send
 	if err != nil {
 		return last
 	}
-	// exchangeFailed tells reach of a failure; end judges the attempt.
+	// exchangeFailed tells reach of a failure; end judges the attempt
+	// (not one that our shutdown cut short).
 	path := a.reach.begin(p)
-	defer func() { a.reach.end(p, path, time.Now()) }()
+	defer func() {
+		if ctx.Err() == nil {
+			a.reach.end(p, path, time.Now())
+		}
+	}()
 	if c.CatchUp {
 		a.catchUp(ctx, p, send)
 		return p
