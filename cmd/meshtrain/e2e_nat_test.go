@@ -240,6 +240,12 @@ func TestE2ENATTraversal(t *testing.T) {
 			if !strings.Contains(log, "shard auto") {
 				t.Errorf("%s node %d: no shard auto on the public profile's defaults\n%s", s.kind, i, log)
 			}
+			// Which path each exchange took: with the public node, over the
+			// connection the volunteer dialed, never a hole punch.
+			if b := s.peerEntry(i, s.ids[0]); b == nil || b.Path != "direct" || b.HolePunched || b.Exchanges["direct"] == 0 ||
+				b.Exchanges["hole_punched"] != 0 {
+				t.Errorf("%s node %d: the public node %+v: want reached directly, every exchange over the dialed connection", s.kind, i, b)
+			}
 			p := s.peerEntry(i, other)
 			t.Logf("%s node %d: final %+v; reachability %+v; the other volunteer as last seen: %+v; direct merge after %v",
 				s.kind, i, st, r, p, s.direct[i])
