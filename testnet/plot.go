@@ -84,6 +84,14 @@ func faded(c color.Color) color.Color {
 	return color.NRGBA{R: uint8(r >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: 0x80}
 }
 
+// onNetwork names a network other than loopback for a plot's title.
+func onNetwork(r *Results) string {
+	if r.Network.Name == "" || r.Network.Name == NetLoopback {
+		return ""
+	}
+	return ", on " + r.Network.Name
+}
+
 // plotEnd is where the accuracy plot ends: the last report run's end, W at
 // least (a node that ended holds its final model up to there).
 func plotEnd(r *Results) float64 {
@@ -101,8 +109,8 @@ func plotEnd(r *Results) float64 {
 // a log time axis so the first seconds, where the modes part, are legible.
 func PlotAccuracy(r *Results, path string) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Test accuracy vs wall time (%d nodes at %s, median of %d seed(s))",
-		r.Settings.Nodes, joinG(r.Settings.Slowdowns), len(r.Settings.Seeds))
+	p.Title.Text = fmt.Sprintf("Test accuracy vs wall time (%d nodes at %s, median of %d seed(s)%s)",
+		r.Settings.Nodes, joinG(r.Settings.Slowdowns), len(r.Settings.Seeds), onNetwork(r))
 	p.X.Label.Text = "wall time since the common start (s, log scale)"
 	p.Y.Label.Text = "test accuracy"
 	p.Legend.Top, p.Legend.Left = false, false
@@ -184,8 +192,8 @@ func PlotConsensus(r *Results, path string) error {
 	logY := hi > 0
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("Consensus distance (mean squared distance of the models to their average) vs wall time\n"+
-		"(%d nodes at %s, median of %d seed(s))",
-		r.Settings.Nodes, joinG(r.Settings.Slowdowns), len(r.Settings.Seeds))
+		"(%d nodes at %s, median of %d seed(s)%s)",
+		r.Settings.Nodes, joinG(r.Settings.Slowdowns), len(r.Settings.Seeds), onNetwork(r))
 	p.X.Label.Text = "wall time since the common start (s, log scale)"
 	p.Y.Label.Text = "consensus distance"
 	if logY {
@@ -245,7 +253,7 @@ func PlotConsensus(r *Results, path string) error {
 // over seeds), grouped by node.
 func PlotBusy(r *Results, path string) error {
 	p := plot.New()
-	p.Title.Text = "Busy fraction per node (computing or emulating slower hardware, not waiting)"
+	p.Title.Text = "Busy fraction per node (computing or emulating slower hardware, not waiting)" + onNetwork(r)
 	p.Y.Label.Text = "busy fraction"
 	modes := 0
 	for _, mode := range r.Settings.Modes {
@@ -302,7 +310,8 @@ func PlotBusy(r *Results, path string) error {
 // first node) against the ideal.
 func PlotTimes(r *Results, path string) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Time to %.1f%% test accuracy (median of %d seed(s))", 100*r.Settings.Target, len(r.Settings.Seeds))
+	p.Title.Text = fmt.Sprintf("Time to %.1f%% test accuracy (median of %d seed(s)%s)", 100*r.Settings.Target, len(r.Settings.Seeds),
+		onNetwork(r))
 	p.Y.Label.Text = "seconds (missing bar: not reached)"
 	var names []string
 	var all, first plotter.Values
@@ -354,13 +363,14 @@ func zeroIfNil(p *float64) float64 {
 	return *p
 }
 
-// WritePlots writes the PNGs into dir: accuracy, busy fraction, time to
-// target, and consensus distance when the runs recorded it.
-func WritePlots(dir string, r *Results) error {
+// WritePlots writes one network's PNGs into dir: accuracy, busy fraction,
+// time to target, and consensus distance when the runs recorded it; file
+// names a plot's file.
+func WritePlots(dir string, r *Results, file func(name string) string) error {
 	for name, f := range map[string]func(*Results, string) error{
 		AccuracyPlot: PlotAccuracy, BusyPlot: PlotBusy, TimePlot: PlotTimes, ConsensusPlot: PlotConsensus,
 	} {
-		if err := f(r, filepath.Join(dir, name)); err != nil {
+		if err := f(r, filepath.Join(dir, file(name))); err != nil {
 			return fmt.Errorf("%w: plot %s: %w", ErrBench, name, err)
 		}
 	}

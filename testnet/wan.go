@@ -186,15 +186,15 @@ func (n Net) Slug() string {
 // for the report.
 func (n Net) Describe() string {
 	if n.Kind != NetWAN {
-		return "loopback: the nodes talk over 127.0.0.1 directly (TCP and QUIC), nothing emulated"
+		return "the nodes talk over 127.0.0.1 directly (TCP and QUIC), nothing emulated"
 	}
 	w := n.WAN
 	return fmt.Sprintf("emulated WAN in user space (the benchmark's own UDP relay; no kernel queueing discipline): "+
 		"every node listens for QUIC on 127.0.0.1 only and announces (--announce) an address of the relay instead, "+
 		"so every packet between two nodes, the bootstrap dial, DHT, pubsub and model traffic alike, crosses it; "+
-		"the relay gives each node an access link of %s up and %s down (FIFO queues of %d KiB, drop-tail), "+
+		"the relay gives each node an access link of %s up and %s down (FIFO queues of %.0f kB, one bandwidth-delay product, drop-tail), "+
 		"and between access links a one-way delay of %v (RTT %v) and a random loss of %g%% per packet, each direction on its own; "+
-		"TCP is not used (a byte stream cannot lose packets)", formatRate(w.Rate), formatRate(w.Rate), w.QueueBytes()>>10,
+		"TCP is not used (a byte stream cannot lose packets)", formatRate(w.Rate), formatRate(w.Rate), float64(w.QueueBytes())/1e3,
 		w.RTT/2, w.RTT, 100*w.Loss)
 }
 
