@@ -189,13 +189,17 @@ func (n Net) Describe() string {
 		return "the nodes talk over 127.0.0.1 directly (TCP and QUIC), nothing emulated"
 	}
 	w := n.WAN
+	loss := "no random loss"
+	if w.Loss > 0 {
+		loss = fmt.Sprintf("a random loss of %g%% per packet, each direction on its own", 100*w.Loss)
+	}
 	return fmt.Sprintf("emulated WAN in user space (the benchmark's own UDP relay; no kernel queueing discipline): "+
 		"every node listens for QUIC on 127.0.0.1 only and announces (--announce) an address of the relay instead, "+
 		"so every packet between two nodes, the bootstrap dial, DHT, pubsub and model traffic alike, crosses it; "+
 		"the relay gives each node an access link of %s up and %s down (FIFO queues of %.0f kB, one bandwidth-delay product, drop-tail), "+
-		"and between access links a one-way delay of %v (RTT %v) and a random loss of %g%% per packet, each direction on its own; "+
+		"and between access links a one-way delay of %v (RTT %v) and %s; "+
 		"TCP is not used (a byte stream cannot lose packets)", formatRate(w.Rate), formatRate(w.Rate), float64(w.QueueBytes())/1e3,
-		w.RTT/2, w.RTT, 100*w.Loss)
+		w.RTT/2, w.RTT, loss)
 }
 
 // wanPacket is one datagram in the emulated network, from one endpoint to
