@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image/color"
 	"image/png"
 	"math"
 	"os"
@@ -1196,5 +1197,19 @@ func TestReadResultsTakesSchema2(t *testing.T) {
 	got := br.Networks[0]
 	if got.Network.Name != NetLoopback || !reflect.DeepEqual(got.Runs, res.Runs) || !reflect.DeepEqual(got.Summary, res.Summary) {
 		t.Errorf("the /2 results did not read back as they were computed: network %q", got.Network.Name)
+	}
+}
+
+func TestEveryModeHasItsOwnColour(t *testing.T) {
+	seen := map[color.Color]string{}
+	for _, m := range append(slices.Clone(AllModes), "diloco", "diloco-scaled") {
+		c := modeColor(m)
+		if c == nil {
+			t.Fatalf("%s: no colour", m)
+		}
+		if other, dup := seen[c]; dup && slices.Contains(AllModes, m) {
+			t.Errorf("%s and %s share a colour", m, other)
+		}
+		seen[c] = m
 	}
 }

@@ -20,6 +20,34 @@ var modeColors = map[string]color.Color{
 	ModeLocal:       color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff},
 }
 
+// extraColors are for modes modeColors does not name, in AllModes order.
+var extraColors = []color.Color{
+	color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+	color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+	color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
+	color.RGBA{R: 0xe3, G: 0x77, B: 0xc2, A: 0xff},
+	color.RGBA{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff},
+}
+
+// modeColor is a mode's colour: its own, or one of extraColors by its
+// place among the modes without one, so a mode added to AllModes is drawn
+// too.
+func modeColor(mode string) color.Color {
+	if c, ok := modeColors[mode]; ok {
+		return c
+	}
+	k := 0
+	for _, m := range AllModes {
+		if m == mode {
+			break
+		}
+		if _, ok := modeColors[m]; !ok {
+			k++
+		}
+	}
+	return extraColors[k%len(extraColors)]
+}
+
 // AccuracyCurve is a mode's accuracy over wall time: at each time, the
 // median over seeds of the nodes' mean accuracy (Mean) and of the worst
 // node's (Worst).
@@ -130,12 +158,12 @@ func PlotAccuracy(r *Results, path string) error {
 		if err != nil {
 			return err
 		}
-		mean.Color, mean.Width = modeColors[mode], vg.Points(1.5)
+		mean.Color, mean.Width = modeColor(mode), vg.Points(1.5)
 		worst, err := plotter.NewLine(xys(c.T, c.Worst))
 		if err != nil {
 			return err
 		}
-		worst.Color, worst.Width = faded(modeColors[mode]), vg.Points(0.8)
+		worst.Color, worst.Width = faded(modeColor(mode)), vg.Points(0.8)
 		worst.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
 		p.Add(mean, worst)
 		p.Legend.Add(mode+" (mean of nodes)", mean)
@@ -225,7 +253,7 @@ func PlotConsensus(r *Results, path string) error {
 			if err != nil {
 				return err
 			}
-			l.Color, l.Width = modeColors[c.mode], vg.Points(1.5)
+			l.Color, l.Width = modeColor(c.mode), vg.Points(1.5)
 			if k == 0 {
 				p.Legend.Add(label, l)
 			}
@@ -272,7 +300,7 @@ func PlotBusy(r *Results, path string) error {
 		if err != nil {
 			return err
 		}
-		bars.Color = modeColors[mode]
+		bars.Color = modeColor(mode)
 		bars.LineStyle.Width = 0
 		bars.Offset = w * vg.Length(float64(k)-float64(modes-1)/2)
 		p.Add(bars)
