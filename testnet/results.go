@@ -19,8 +19,9 @@ import (
 // wall time is gossip's wall time W on the tuning seed, not a set run
 // length; sync is budgeted to W; wall_s is until the last node exited.
 // /3: one complete benchmark per network (--net), under "networks"; the
-// command, machine and base step are the whole benchmark's. ReadResults
-// still reads /2 (a benchmark on loopback).
+// command and machine are the whole benchmark's, and every network has
+// the same base step. ReadResults still reads /2 (a benchmark on
+// loopback).
 const ResultsSchema = "meshtrain-bench/3"
 
 // resultsSchema2 is the layout before networks.
