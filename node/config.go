@@ -3,7 +3,11 @@ package node
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/libp2p/go-libp2p"
+	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/meshtrain/meshtrain/averaging"
 	"github.com/meshtrain/meshtrain/gossip"
@@ -239,6 +243,9 @@ func (c Config) Validate() error {
 		if _, err := ParseProfile(string(c.Host.Profile)); err != nil {
 			bad("profile %q: want local, lan or public", c.Host.Profile)
 		}
+		if _, err := ParseAnnounce(c.Host.Announce); err != nil {
+			bad("%v", err)
+		}
 		if c.Host.Network != c.Train.Network {
 			bad("host network %q differs from the trainer's %q", c.Host.Network, c.Train.Network)
 		}
@@ -298,4 +305,41 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.validateHooks()...)
 	return errors.Join(errs...)
+}
+
+// ParseAnnounce parses HostConfig.Announce (--announce): multiaddrs
+// without a /p2p/ part (the host adds its own ID), every bad one named.
+func ParseAnnounce(addrs []string) ([]ma.Multiaddr, error) {
+	var out []ma.Multiaddr
+	var errs []error
+	for _, s := range addrs {
+		m, err := ma.NewMultiaddr(s)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("announce address %q: %w", s, err))
+		case len(m) == 0:
+			errs = append(errs, fmt.Errorf("announce address %q: empty", s))
+		default:
+			if _, err := m.ValueForProtocol(ma.P_P2P); err == nil {
+				errs = append(errs, fmt.Errorf("announce address %q: leave out /p2p/ (the node adds its own ID)", s))
+				continue
+			}
+			out = append(out, m)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// announceOption makes the host tell peers the given addresses instead of
+// the ones it listens on, everywhere libp2p announces them (identify, the
+// signed peer record, the DHT): a node behind a port forward, or one whose
+// traffic must cross an emulated network (the benchmark's WAN), listens on
+// one address and is reached at another. It only changes what the node
+// says; it dials from its listen sockets as before.
+func announceOption(addrs []string) (libp2p.Option, error) {
+	list, err := ParseAnnounce(addrs)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	return libp2p.AddrsFactory(func([]ma.Multiaddr) []ma.Multiaddr { return slices.Clone(list) }), nil
 }

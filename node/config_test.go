@@ -21,6 +21,10 @@ var badFields = []struct {
 	{"mode", func(c *node.Config) { c.Mode = "turbo" }, `mode "turbo"`},
 	{"profile", func(c *node.Config) { c.Host.Profile = "galaxy" }, `profile "galaxy"`},
 	{"host network", func(c *node.Config) { c.Host.Network = "elsewhere" }, `host network "elsewhere" differs`},
+	{"announce", func(c *node.Config) {
+		c.Host.Announce = []string{"/ip4/1.2.3.4/udp/1/quic-v1/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN", "tcp/1"}
+	},
+		`announce address "tcp/1"`},
 	{"avg interval", func(c *node.Config) { c.AvgInterval = 0 }, "avg-interval 0s"},
 	{"exchange timeout", func(c *node.Config) { c.ExchangeTimeout = -time.Second }, "exchange timeout -1s"},
 	{"merge alpha", func(c *node.Config) { c.Merger.Alpha = 1.5 }, "alpha 1.5"},

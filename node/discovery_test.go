@@ -121,3 +121,65 @@ func TestBootstrapStartingLater(t *testing.T) {
 		return b.Network().Connectedness(id) == network.Connected
 	})
 }
+
+// TestAnnounceReplacesTheListenAddresses: a host given --announce tells
+// its peers (identify, and so the DHT) only the announced address, and
+// reports it as its own, while it still listens where it was told to.
+func TestAnnounceReplacesTheListenAddresses(t *testing.T) {
+	checkGoroutines(t)
+	const announced = "/ip4/127.0.0.1/udp/9/quic-v1"
+	var hosts []*node.Host
+	for i := range 2 {
+		key, _, err := crypto.GenerateKeyPair(crypto.Ed25519, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := node.HostConfig{Profile: node.ProfileLocal, Network: "announce", Listen: []string{"/ip4/127.0.0.1/tcp/0"},
+			DiscoveryInterval: time.Hour, Gossip: gossip.DefaultConfig()}
+		if i == 0 {
+			cfg.Announce = []string{announced}
+		} else {
+			// The announced address leads nowhere: dial the one host 0
+			// listens on.
+			addr := hosts[0].Network().ListenAddresses()[0].String() + "/p2p/" + hosts[0].ID().String()
+			if cfg.Bootstrap, err = node.ParseBootstrap([]string{addr}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h, err := node.NewHost(key, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.Close() })
+		hosts = append(hosts, h)
+	}
+	a, b := hosts[0], hosts[1]
+	if got := a.FullAddrs(); len(got) != 1 || got[0] != announced+"/p2p/"+a.ID().String() {
+		t.Errorf("host reports %v, want only its announced address", got)
+	}
+	if l := a.Network().ListenAddresses(); len(l) != 1 || !strings.Contains(l[0].String(), "/tcp/") {
+		t.Errorf("host listens on %v, want its TCP listen address", l)
+	}
+	eventually(t, time.Minute, "identify to tell b a's addresses", func() bool {
+		return len(b.Peerstore().Addrs(a.ID())) > 0 && slicesContain(b.Peerstore().Addrs(a.ID()), announced)
+	})
+	// b keeps the address it dialled (the bootstrap address it was given)
+	// and learns only the announced one besides.
+	for _, addr := range b.Peerstore().Addrs(a.ID()) {
+		if s := addr.String(); s != announced && !strings.Contains(s, "/tcp/") {
+			t.Errorf("b learned %s for a", s)
+		}
+	}
+	if _, err := node.ParseAnnounce([]string{"/ip4/1.2.3.4/tcp/1/p2p/" + a.ID().String()}); err == nil {
+		t.Error("an announce address with /p2p/ was taken")
+	}
+}
+
+func slicesContain[T fmt.Stringer](xs []T, s string) bool {
+	for _, x := range xs {
+		if x.String() == s {
+			return true
+		}
+	}
+	return false
+}

@@ -67,6 +67,11 @@ type HostConfig struct {
 	// default (TCP and QUIC on an OS-chosen port; 127.0.0.1 for local,
 	// all interfaces otherwise).
 	Listen []string
+	// Announce, if not empty, is the addresses the host tells peers (in
+	// identify and the DHT) in place of its listen addresses: those of a
+	// port forward or an emulated network in front of it. See
+	// announceOption.
+	Announce []string
 	// Bootstrap peers to connect to at start (full multiaddrs with /p2p/ID).
 	Bootstrap []peer.AddrInfo
 	// Network keeps meshes apart: the DHT rendezvous and mDNS service name
@@ -202,6 +207,14 @@ func NewHost(key crypto.PrivKey, cfg HostConfig, log *slog.Logger) (*Host, error
 		libp2p.ConnectionGater(gate),
 		libp2p.UserAgent(AgentVersion()),
 		libp2p.DisableMetrics(),
+	}
+	if len(cfg.Announce) > 0 {
+		opt, err := announceOption(cfg.Announce)
+		if err != nil {
+			rm.Close()
+			return nil, err
+		}
+		opts = append(opts, opt)
 	}
 	if cfg.PSK != nil {
 		opts = append(opts, libp2p.PrivateNetwork(cfg.PSK))

@@ -43,8 +43,12 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 		}
 	}
 	if n.host != nil {
-		send(Event{Event: "listening", PeerID: n.id.String(), Addrs: n.Addrs(), Fingerprint: n.fp.String(),
-			Message: fmt.Sprintf("peer %s, mode %s, profile %s, network %q", n.id, n.cfg.Mode, n.cfg.Host.Profile, n.cfg.Host.Network)})
+		ev := Event{Event: "listening", PeerID: n.id.String(), Addrs: n.Addrs(), Fingerprint: n.fp.String(),
+			Message: fmt.Sprintf("peer %s, mode %s, profile %s, network %q", n.id, n.cfg.Mode, n.cfg.Host.Profile, n.cfg.Host.Network)}
+		if len(n.cfg.Host.Announce) > 0 {
+			ev.ListenAddrs = n.ListenAddrs()
+		}
+		send(ev)
 	}
 
 	runCtx, stopLoops := context.WithCancel(ctx)

@@ -308,6 +308,19 @@ func (n *Node) Addrs() []string {
 	return n.host.FullAddrs()
 }
 
+// ListenAddrs are the addresses the node listens on (without /p2p/):
+// Addrs unless HostConfig.Announce replaces them.
+func (n *Node) ListenAddrs() []string {
+	if n.host == nil {
+		return nil
+	}
+	var out []string
+	for _, a := range n.host.Network().ListenAddresses() {
+		out = append(out, a.String())
+	}
+	return out
+}
+
 // Host is the libp2p host (nil when offline).
 func (n *Node) Host() *Host { return n.host }
 

@@ -78,8 +78,11 @@ type Event struct {
 	// Mesh fields (meshtrain node).
 	PeerID string   `json:"peer_id,omitempty"`
 	Addrs  []string `json:"addrs,omitempty"`
-	Peers  int      `json:"peers,omitempty"`
-	Merges int64    `json:"merges,omitempty"`
+	// ListenAddrs (the listening event, with --announce only) are the
+	// addresses the node listens on, where Addrs are those it announces.
+	ListenAddrs []string `json:"listen_addrs,omitempty"`
+	Peers       int      `json:"peers,omitempty"`
+	Merges      int64    `json:"merges,omitempty"`
 	// The run: the learning rate of the latest step, the run clock and the
 	// run's length in samples (0: no end).
 	LR         float64 `json:"lr,omitempty"`

@@ -59,6 +59,41 @@ func analyzeRun(run *Run, target, fixedWallS float64, solo []float64) {
 	}
 	run.SamplesPerS = Sum(run.NodeSamplesPerS)
 	run.Efficiency = Efficiency(SamplesAt(tr, fixedWallS), fixedWallS, solo)
+	runCosts(run)
+}
+
+// runCosts fills a run's traffic per sample processed, over the whole run:
+// each node's parameter bytes sent over its samples (from its last
+// snapshot, taken as it stopped), the swarm's, and on a WAN every byte
+// the nodes put on the network over the swarm's samples.
+func runCosts(run *Run) {
+	run.BytesSentPerSample = make([]float64, len(run.Traces))
+	var sent, samples float64
+	for i, t := range run.Traces {
+		if len(t.Points) == 0 {
+			continue
+		}
+		last := t.Points[len(t.Points)-1]
+		if last.Samples > 0 {
+			run.BytesSentPerSample[i] = float64(last.BytesSent) / float64(last.Samples)
+		}
+		sent += float64(last.BytesSent)
+		samples += float64(last.Samples)
+	}
+	run.ClusterBytesSentPerSample = 0
+	if samples > 0 {
+		run.ClusterBytesSentPerSample = sent / samples
+	}
+	if l := run.Link; l != nil {
+		l.WireBytesSentPerSample = 0
+		if samples > 0 {
+			var wire float64
+			for _, b := range l.WireBytesSent {
+				wire += float64(b)
+			}
+			l.WireBytesSentPerSample = wire / samples
+		}
+	}
 }
 
 // medianOf is the median of f over runs, with a missing value counted as
@@ -86,20 +121,30 @@ func medianOver(runs []*Run, f func(*Run) float64) float64 {
 	return Median(xs)
 }
 
-// summarize computes the ideal time per seed, each mode's medians over the
-// report seeds, the headline ratios and the bars.
+// summarize computes the ideal times per seed, each mode's medians over
+// the report seeds, the headline ratios and the bars.
 func summarize(res *Results) {
 	n := res.Settings.Nodes
-	ideal, pace := map[uint64]*float64{}, map[uint64]*float64{}
+	ideal, pace, coRun := map[uint64]*float64{}, map[uint64]*float64{}, map[uint64]*float64{}
+	localRate := map[uint64]float64{}
+	for _, r := range res.Runs {
+		if r.Mode == ModeLocal && r.Error == "" {
+			localRate[r.Seed] = r.SamplesPerS
+		}
+	}
 	for i := range res.Runs {
 		r := &res.Runs[i]
 		if r.Mode == ModeSync && r.Error == "" && r.SamplesToTarget != nil {
 			ideal[r.Seed] = opt(IdealTime(*r.SamplesToTarget, res.SoloSamplesPerS))
 			pace[r.Seed] = opt(SyncPaceTime(*r.SamplesToTarget, res.SoloSamplesPerS))
+			if rate, ok := localRate[r.Seed]; ok && rate > 0 {
+				coRun[r.Seed] = opt(*r.SamplesToTarget / rate)
+			}
 		}
 	}
 	for i := range res.Runs {
-		res.Runs[i].IdealTimeS, res.Runs[i].SyncPaceTimeS = ideal[res.Runs[i].Seed], pace[res.Runs[i].Seed]
+		r := &res.Runs[i]
+		r.IdealTimeS, r.SyncPaceTimeS, r.CoRunIdealTimeS = ideal[r.Seed], pace[r.Seed], coRun[r.Seed]
 	}
 	byMode := map[string][]*Run{}
 	for i := range res.Runs {
@@ -130,15 +175,27 @@ func summarize(res *Results) {
 		s.SamplesToTarget = medianOf(runs, func(r *Run) *float64 { return r.SamplesToTarget })
 		s.IdealTimeToTarget = medianOf(runs, func(r *Run) *float64 { return r.IdealTimeS })
 		s.SyncPaceTimeS = medianOf(runs, func(r *Run) *float64 { return r.SyncPaceTimeS })
+		s.CoRunIdealTimeS = medianOf(runs, func(r *Run) *float64 { return r.CoRunIdealTimeS })
+		s.BytesSentPerSample = medianOf(runs, func(r *Run) *float64 { return &r.ClusterBytesSentPerSample })
+		if runs[0].Link != nil {
+			s.WireBytesSentPerSample = medianOf(runs, func(r *Run) *float64 {
+				if r.Link == nil {
+					return nil
+				}
+				return &r.Link.WireBytesSentPerSample
+			})
+		}
 		s.FinalAccuracy = medianOf(runs, func(r *Run) *float64 { return &r.FinalAccuracyMean })
 		s.SamplesPerS = medianOf(runs, func(r *Run) *float64 { return &r.SamplesPerS })
 		s.Efficiency = medianOf(runs, func(r *Run) *float64 { return &r.Efficiency })
 		s.BusyFraction = make([]float64, n)
 		s.BytesSentPerNode = make([]float64, n)
+		s.BytesSentPerSamplePerNode = make([]float64, n)
 		minBusy := math.Inf(1)
 		for i := range n {
 			s.BusyFraction[i] = medianOver(runs, func(r *Run) float64 { return r.BusyFraction[i] })
 			s.BytesSentPerNode[i] = medianOver(runs, func(r *Run) float64 { return float64(r.BytesSent[i]) })
+			s.BytesSentPerSamplePerNode[i] = medianOver(runs, func(r *Run) float64 { return r.BytesSentPerSample[i] })
 			minBusy = min(minBusy, s.BusyFraction[i])
 		}
 		s.MinBusyFraction = opt(minBusy)
@@ -155,6 +212,10 @@ func ratios(res *Results, byMode map[string][]*Run) Ratios {
 			q.StructuralThroughput = Sum(res.SoloSamplesPerS) / (float64(len(res.SoloSamplesPerS)) * slowest)
 		}
 	}
+	if l := res.Summary[ModeLocal]; l != nil && len(res.SoloSamplesPerS) > 0 {
+		q.CoRunStructuralThroughput = opt(Ratio(val(l.SamplesPerS),
+			float64(len(res.SoloSamplesPerS))*slices.Min(res.SoloSamplesPerS)))
+	}
 	g, s := res.Summary[ModeGossip], res.Summary[ModeSync]
 	if g == nil {
 		return q
@@ -164,6 +225,7 @@ func ratios(res *Results, byMode map[string][]*Run) Ratios {
 		q.ThroughputGossipOverSync = opt(Ratio(val(g.SamplesPerS), val(s.SamplesPerS)))
 		q.GossipOverIdeal = opt(Ratio(val(g.TimeToTargetS), val(s.IdealTimeToTarget)))
 		q.GossipOverSyncPace = opt(Ratio(val(g.TimeToTargetS), val(s.SyncPaceTimeS)))
+		q.GossipOverCoRunIdeal = opt(Ratio(val(g.TimeToTargetS), val(s.CoRunIdealTimeS)))
 	}
 	for _, seed := range res.Settings.Seeds {
 		var gt, st, it *float64

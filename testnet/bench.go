@@ -58,6 +58,10 @@ type BenchConfig struct {
 	Batch int
 	// Modes to run, of AllModes.
 	Modes []string
+	// Networks are the networks the whole benchmark runs on, one after
+	// another (default: loopback only); each gets its own W, tuning and
+	// report runs.
+	Networks []Net
 
 	// LR is the learning rate of every mode but sync that is neither
 	// tuned (Tune) nor fixed (FixedLR): the node's default.
@@ -136,6 +140,7 @@ func DefaultBenchConfig() BenchConfig {
 		Model:         d.Train.Model,
 		Batch:         d.Train.Batch,
 		Modes:         slices.Clone(AllModes),
+		Networks:      []Net{Loopback},
 		LR:            d.Train.LR,
 		Epochs:        d.Epochs,
 		Schedule:      d.Train.Schedule,
@@ -224,6 +229,24 @@ func (c BenchConfig) Validate() error {
 		if !slices.Contains(AllModes, m) {
 			bad("mode %q: want %s", m, strings.Join(AllModes, ", "))
 		}
+	}
+	if len(c.Networks) == 0 {
+		bad("no networks")
+	}
+	seenNet := map[string]bool{}
+	for _, n := range c.Networks {
+		switch {
+		case n.Kind == NetWAN:
+			if err := n.WAN.Validate(); err != nil {
+				errs = append(errs, err)
+			}
+		case n.Kind != NetLoopback:
+			bad("network kind %q: want %s or %s", n.Kind, NetLoopback, NetWAN)
+		}
+		if seenNet[n.String()] {
+			bad("network %s given twice", n)
+		}
+		seenNet[n.String()] = true
 	}
 	for m, lr := range c.FixedLR {
 		if !slices.Contains(AllModes, m) {
@@ -494,8 +517,8 @@ func (b *bench) nodeArgs(j job, net, snapDir, startFile string) []string {
 // HarnessFlags are the settings every node of every run gets from the
 // harness, whatever the mode, and why: none of them changes what a node
 // learns, only how it is started, isolated and observed.
-func HarnessFlags(c BenchConfig) []HarnessFlag {
-	return []HarnessFlag{
+func HarnessFlags(c BenchConfig, n Net) []HarnessFlag {
+	out := []HarnessFlag{
 		{"--profile local --api ADDR --bootstrap NODE0", "loopback only, a free API port, every node joins through node 0 (testnet.Up)"},
 		{"--json", "the harness reads each node's events (its final event says whether it finished its run)"},
 		{"--shard i/n", "each node trains on its own shard of the training set, as in a real swarm"},
@@ -511,11 +534,17 @@ func HarnessFlags(c BenchConfig) []HarnessFlag {
 		{"--seed N", "the run's seed (initial model and shard split): the tuning seed or a report seed"},
 		{"--start-file F", "every node holds training until the harness releases them all at once, after the settle time: the common start, time 0"},
 	}
+	if n.Kind == NetWAN {
+		out = append(out, HarnessFlag{"--listen /ip4/127.0.0.1/udp/PORT/quic-v1 --announce /ip4/127.0.0.1/udp/PUBLIC/quic-v1",
+			"the emulated WAN: each node listens for QUIC only, on a port the relay knows, and tells its peers the relay's public address for it (node 0's is every node's bootstrap address), so every packet between nodes crosses the emulated network"})
+	}
+	return out
 }
 
 // bench is one benchmark in progress.
 type bench struct {
 	cfg     BenchConfig
+	network Net
 	base    time.Duration
 	solo    []float64
 	test    map[uint64]*train.Dataset
@@ -528,22 +557,23 @@ type bench struct {
 	runSwarm func(*bench, context.Context, job) (Run, error)
 }
 
-// RunBench calibrates the base step (unless given), then on the tuning
-// seed runs gossip as configured (each rate of LRGrid when gossip is in
-// Tune) and takes its wall time W, common start to the last node's exit,
-// at the chosen rate (with nothing to tune at all, W is the first report
-// seed's gossip run's instead, and the tuning seed is not used); tunes the modes in Tune the same way; runs sync at
-// each rate of SyncLRGrid with a constant rate and no end, stopped at W,
-// and picks the fastest to target (BestLR); budgets sync's report runs to
-// the run clock that run had reached at W (SyncEpochs). Then it runs every
-// mode on every report seed, reading every mode's accuracy at W. It
-// writes nothing to cfg.Out: see WriteAll.
-func RunBench(ctx context.Context, cfg BenchConfig) (*Results, error) {
+// RunBench calibrates the base step (unless given), then on each network
+// in turn, with that one base step: on the tuning seed runs gossip as
+// configured (each rate of LRGrid when gossip is in Tune) and takes its
+// wall time W, common start to the last node's exit, at the chosen rate
+// (with nothing to tune at all, W is the first report seed's gossip run's
+// instead, and the tuning seed is not used); tunes the modes in Tune the
+// same way; runs sync at each rate of SyncLRGrid with a constant rate and
+// no end, stopped at W, and picks the fastest to target (BestLR); budgets
+// sync's report runs to the run clock that run had reached at W
+// (SyncEpochs). Then it runs every mode on every report seed, reading
+// every mode's accuracy at W. It writes nothing to cfg.Out: see WriteAll.
+func RunBench(ctx context.Context, cfg BenchConfig) (*BenchResults, error) {
 	return runBench(ctx, cfg, (*bench).swarm)
 }
 
 // runBench is RunBench with the runs done by swarm.
-func runBench(ctx context.Context, cfg BenchConfig, swarm func(*bench, context.Context, job) (Run, error)) (*Results, error) {
+func runBench(ctx context.Context, cfg BenchConfig, swarm func(*bench, context.Context, job) (Run, error)) (*BenchResults, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -553,26 +583,47 @@ func runBench(ctx context.Context, cfg BenchConfig, swarm func(*bench, context.C
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
-	b := &bench{cfg: cfg, started: time.Now(), test: map[uint64]*train.Dataset{},
-		netID: strconv.FormatInt(time.Now().UnixNano()%1e9, 36), runSwarm: swarm}
-	res := &Results{Schema: ResultsSchema, Command: cfg.Command, Started: b.started.UTC(), Machine: machineInfo(),
-		LR: map[string]float64{}, Schedule: map[string]string{}, Epochs: map[string]float64{}}
-	res.Settings = settings(cfg)
+	started := time.Now()
+	out := &BenchResults{Schema: ResultsSchema, Command: cfg.Command, Started: started.UTC(), Machine: machineInfo()}
 	trainSet, _, err := train.LoadData(cfg.Dataset, cfg.DataPath, cfg.TuneSeed)
 	if err != nil {
 		return nil, err
 	}
-	res.Settings.TrainSamples = trainSet.N
-	b.base = cfg.BaseStep
-	if b.base == 0 {
+	base, heterogeneity := cfg.BaseStep, fmt.Sprintf("; base step given: %v", cfg.BaseStep)
+	if base == 0 {
 		fmt.Fprintf(cfg.Progress, "calibrating the base step (solo, 1 thread, %s, batch %d)...\n", cfg.Model, cfg.Batch)
-		if b.base, err = CalibrateBaseStep(cfg.Dataset, cfg.DataPath, cfg.Model, cfg.Batch); err != nil {
+		if base, err = CalibrateBaseStep(cfg.Dataset, cfg.DataPath, cfg.Model, cfg.Batch); err != nil {
 			return nil, err
 		}
-		res.Settings.Heterogeneity += fmt.Sprintf("; base step calibrated solo at start: %v", b.base)
-	} else {
-		res.Settings.Heterogeneity += fmt.Sprintf("; base step given: %v", b.base)
+		heterogeneity = fmt.Sprintf("; base step calibrated solo at start: %v", base)
 	}
+	// Networks one after another, each a whole benchmark; every node's
+	// step is the same unit on all of them.
+	for i, n := range cfg.Networks {
+		if len(cfg.Networks) > 1 {
+			fmt.Fprintf(cfg.Progress, "network %d of %d: %s\n", i+1, len(cfg.Networks), n)
+		}
+		b := &bench{cfg: cfg, network: n, base: base, started: time.Now(), test: map[uint64]*train.Dataset{},
+			netID: strconv.FormatInt(time.Now().UnixNano()%1e9, 36), runSwarm: swarm}
+		res, err := b.runNetwork(ctx, trainSet.N, heterogeneity)
+		if err != nil {
+			return nil, err
+		}
+		out.Networks = append(out.Networks, res)
+	}
+	out.RunTimeS = time.Since(started).Seconds()
+	return out, nil
+}
+
+// runNetwork is the benchmark on one network: W, the tuning and the report
+// runs (see RunBench).
+func (b *bench) runNetwork(ctx context.Context, trainSamples int, heterogeneity string) (*Results, error) {
+	cfg := b.cfg
+	res := &Results{Network: networkInfo(b.network), Started: b.started.UTC(),
+		LR: map[string]float64{}, Schedule: map[string]string{}, Epochs: map[string]float64{}}
+	res.Settings = settings(cfg, b.network)
+	res.Settings.TrainSamples = trainSamples
+	res.Settings.Heterogeneity += heterogeneity
 	res.BaseStepS = b.base.Seconds()
 	b.solo = SoloRates(cfg.Batch, res.BaseStepS, cfg.slowdowns())
 	res.SoloSamplesPerS, res.SoloSamplesPerSSum = b.solo, Sum(b.solo)
@@ -684,7 +735,7 @@ func runBench(ctx context.Context, cfg BenchConfig, swarm func(*bench, context.C
 			fmt.Fprintf(cfg.Progress, "sync: learning rate %g, constant, no end, stopped at W = %.2f s\n", lr, w)
 			continue
 		}
-		epochs, clock := SyncEpochs(res.Tuning, lr, w, trainSet.N)
+		epochs, clock := SyncEpochs(res.Tuning, lr, w, trainSamples)
 		if epochs == 0 {
 			return nil, fmt.Errorf("%w: sync's tuning run at learning rate %g has no run clock at W = %.2f s", ErrBench, lr, w)
 		}
@@ -952,8 +1003,17 @@ func (b *bench) swarm(ctx context.Context, j job) (Run, error) {
 	// can never merge into this one.
 	net := fmt.Sprintf("bench-%s-%d", b.netID, b.done)
 	began := time.Now()
+	// A WAN of its own per run: fresh queues and counters.
+	var wan *WAN
+	if b.network.Kind == NetWAN {
+		var err error
+		if wan, err = StartWAN(b.network.WAN, j.seed); err != nil {
+			return run, err
+		}
+		defer wan.Close()
+	}
 	tn, err := Up(ctx, Config{Binary: c.Binary, Dir: dir, Nodes: c.Nodes, Slowdowns: c.Slowdowns,
-		NodeArgs: b.nodeArgs(j, net, snapDir, startFile)})
+		NodeArgs: b.nodeArgs(j, net, snapDir, startFile), WAN: wan})
 	if err != nil {
 		return run, err
 	}
@@ -1001,6 +1061,9 @@ func (b *bench) swarm(ctx context.Context, j job) (Run, error) {
 	stoppedAll = true
 	if !end.deadline {
 		run.LoadAvg = loadAvg1()
+	}
+	if wan != nil {
+		run.Link = runLink(wan.Stats(), c.Nodes)
 	}
 	run.End = end.kind(j.stopAt > 0 && j.stopAt < c.Cap)
 	run.NodeFinished = end.finished
@@ -1096,10 +1159,10 @@ func CalibrateBaseStep(dataset, dataPath, model string, batch int) (time.Duratio
 	return times[len(times)/2], nil
 }
 
-// settings records the benchmark's inputs in the results; RunBench adds
-// what it measures on the way (the training set's size, W, the flags
-// every mode's report runs differ from a node's defaults by).
-func settings(c BenchConfig) Settings {
+// settings records the benchmark's inputs on network n in the results;
+// RunBench adds what it measures on the way (the training set's size, W,
+// the flags every mode's report runs differ from a node's defaults by).
+func settings(c BenchConfig, n Net) Settings {
 	var fixed map[string]float64
 	if len(c.FixedLR) > 0 {
 		fixed = maps.Clone(c.FixedLR)
@@ -1110,7 +1173,7 @@ func settings(c BenchConfig) Settings {
 		Staleness: c.Staleness, WireDType: c.WireDType,
 		LRGrid: c.LRGrid, SyncLRGrid: c.SyncLRGrid, Tune: c.Tune, FixedLR: fixed, BudgetSync: c.BudgetSync,
 		CapS: c.Cap.Seconds(), SnapshotS: c.SnapshotEvery.Seconds(),
-		Threads: c.Threads, NodeArgs: c.NodeArgs, Quick: c.Quick, Harness: HarnessFlags(c),
+		Threads: c.Threads, NodeArgs: c.NodeArgs, Quick: c.Quick, Harness: HarnessFlags(c, n),
 		Heterogeneity: "emulated: each step lasts slowdown x base step (sleeping after the compute; the sleep counts as busy), " +
 			fmt.Sprintf("%d thread(s) per node", c.Threads)}
 }

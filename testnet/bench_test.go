@@ -3,8 +3,10 @@ package testnet
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"image/color"
 	"image/png"
 	"math"
 	"os"
@@ -232,6 +234,29 @@ func fakeConsensus(mode string, seed, wall float64) []ConsensusPoint {
 	return c
 }
 
+func TestRunCostsArePerSampleProcessedPerNodeAndOverTheSwarm(t *testing.T) {
+	// Node 0 processes 1000 samples/s and node 1 250 (fakeTrace sends
+	// 1000 bytes/s either way) for 10 s; the WAN carried 30,000 and
+	// 20,000 bytes from them.
+	r := fakeRun(ModeGossip, 1, []float64{2, 4}, 1000, 1, 10)
+	r.Traces[1] = fakeTrace(1, 4, 250, 1, 10)
+	r.Link = runLink(WANStats{Endpoints: []WANEndpointStats{
+		{LinkCounters: LinkCounters{SentBytes: 30000, RecvBytes: 5, UplinkDrops: 1, DownlinkDrops: 2, Lost: 3}},
+		{LinkCounters: LinkCounters{SentBytes: 20000}},
+		{Stranger: true, LinkCounters: LinkCounters{SentBytes: 1 << 30}}, // not a node
+	}, Strangers: 1, LateMaxS: 0.002, LateMeanS: 0.0001}, 2)
+	analyzeRun(&r, 0.97, 10, []float64{1000, 250})
+	if !slices.Equal(r.BytesSentPerSample, []float64{1, 4}) || !near(r.ClusterBytesSentPerSample, 20000.0/12500) {
+		t.Errorf("bytes per sample %v, cluster %v; want 1 and 4, 1.6", r.BytesSentPerSample, r.ClusterBytesSentPerSample)
+	}
+	l := r.Link
+	if !near(l.WireBytesSentPerSample, 50000.0/12500) || !slices.Equal(l.WireBytesSent, []uint64{30000, 20000}) ||
+		!slices.Equal(l.QueueDrops, []uint64{3, 0}) || !slices.Equal(l.Lost, []uint64{3, 0}) || l.Strangers != 1 ||
+		l.WireBytesReceived[0] != 5 || l.LateMaxS != 0.002 {
+		t.Errorf("link %+v, want the two nodes' figures and 4 wire bytes per sample", l)
+	}
+}
+
 func TestAnalyzeRun(t *testing.T) {
 	r := fakeRun(ModeGossip, 1, []float64{2, 4}, 1000, 0.98, 10)
 	solo := []float64{1000, 1000}
@@ -248,6 +273,10 @@ func TestAnalyzeRun(t *testing.T) {
 	if !near(r.BusyFraction[0], 0.98) || r.BytesSent[1] != 10000 || r.Merges[0] != 10 || r.FinalAccuracy[0] != 0.99 {
 		t.Errorf("per node: busy %v, bytes %v, merges %v, accuracy %v", r.BusyFraction, r.BytesSent, r.Merges, r.FinalAccuracy)
 	}
+	// Each node sent 10,000 bytes over its 10,000 samples.
+	if !slices.Equal(r.BytesSentPerSample, []float64{1, 1}) || !near(r.ClusterBytesSentPerSample, 1) || r.Link != nil {
+		t.Errorf("bytes per sample %v, cluster %v, link %v", r.BytesSentPerSample, r.ClusterBytesSentPerSample, r.Link)
+	}
 	never := fakeRun(ModeSync, 1, []float64{2, 40}, 1000, 0.5, 10)
 	analyzeRun(&never, 0.97, 10, solo)
 	if never.TimeToTargetS != nil || never.SamplesToTarget != nil || never.FirstNodeTimeS == nil {
@@ -259,8 +288,7 @@ func TestAnalyzeRun(t *testing.T) {
 // sync in samples/s and reaches the target in a third of its time.
 func fakeResults() *Results {
 	sched := "cosine:warmup=4%"
-	res := &Results{Schema: ResultsSchema, Command: "meshtrain bench --fake", Started: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
-		RunTimeS: 100, Machine: Machine{NumCPU: 2, MemoryBytes: 8 << 30, OS: "linux", Arch: "amd64", GoVersion: "go1.26"},
+	res := &Results{Network: networkInfo(Loopback), Started: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), RunTimeS: 100,
 		BaseStepS: 0.002, LR: map[string]float64{ModeGossip: 0.1, ModeGossipConst: 0.1, ModeSync: 0.2, ModeLocal: 0.1},
 		Schedule: map[string]string{ModeGossip: sched, ModeGossipConst: sched, ModeSync: sched, ModeLocal: sched},
 		Epochs:   map[string]float64{ModeGossip: 40, ModeGossipConst: 40, ModeSync: 2.5, ModeLocal: 40}}
@@ -268,7 +296,7 @@ func fakeResults() *Results {
 		Dataset: "mnist", Model: "mlp:256,128", Batch: 64, TrainSamples: 60000, Modes: AllModes, LR: 0.1, Epochs: 40,
 		Schedule: sched, AvgIntervalS: 0.05, Alpha: 0.5, Staleness: "poly:0.5", WireDType: "fp16", LRGrid: []float64{0.05, 0.1},
 		SyncLRGrid: []float64{0.2, 0.4}, BudgetSync: true, CapS: 120, FixedWallS: 10, WSeed: 1000, SnapshotS: 0.5, Threads: 1,
-		Heterogeneity: "emulated", Harness: HarnessFlags(DefaultBenchConfig()),
+		Heterogeneity: "emulated", Harness: HarnessFlags(DefaultBenchConfig(), Loopback),
 		DiffersFromDefaults: map[string][]string{ModeGossip: {}, ModeGossipConst: {"--staleness const"},
 			ModeSync: {"--mode sync", "--lr 0.2", "--epochs 2.5"}, ModeLocal: {"--mode local"}}}
 	res.SoloSamplesPerS = SoloRates(64, 0.002, res.Settings.Slowdowns)
@@ -297,6 +325,13 @@ func fakeResults() *Results {
 	res.Tuning = []Run{tune, syncTune, {Mode: ModeSync, Seed: 1000, LR: 0.4, Error: "testnet: bench: node 1 exited"}}
 	summarize(res)
 	return res
+}
+
+// fakeBench is a whole benchmark of the networks' results.
+func fakeBench(nets ...*Results) *BenchResults {
+	return &BenchResults{Schema: ResultsSchema, Command: "meshtrain bench --fake", Started: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
+		RunTimeS: 100, Machine: Machine{NumCPU: 2, MemoryBytes: 8 << 30, OS: "linux", Arch: "amd64", GoVersion: "go1.26"},
+		Networks: nets}
 }
 
 func TestSummarizeIdealRatiosAndBars(t *testing.T) {
@@ -334,6 +369,20 @@ func TestSummarizeIdealRatiosAndBars(t *testing.T) {
 		BarFinalAccuracy: true, BarBusy: true, BarStaleness: true}
 	if !reflect.DeepEqual(pass, want) {
 		t.Errorf("bars %v, want %v", pass, want)
+	}
+	// Local processed 2 x 6000 samples/s on the same seed: sync's 24000
+	// samples to target in 2 s with no communication at all.
+	if s := res.Summary[ModeSync]; s.CoRunIdealTimeS == nil || !near(*s.CoRunIdealTimeS, 2) || !near(*q.GossipOverCoRunIdeal, 2.25/2) {
+		t.Errorf("co-run ideal %v, gossip over it %v; want 2 s and 1.125", s.CoRunIdealTimeS, q.GossipOverCoRunIdeal)
+	}
+	// Local's 12000 samples/s over sync's structural pace, 2 x 8000.
+	if c := q.CoRunStructuralThroughput; c == nil || !near(*c, 0.75) {
+		t.Errorf("co-run structural ratio %v, want 0.75", c)
+	}
+	if g := res.Summary[ModeGossip]; !near(*g.BytesSentPerSample, 1000.0/6000) || len(g.BytesSentPerSamplePerNode) != 2 ||
+		g.WireBytesSentPerSample != nil {
+		t.Errorf("gossip bytes per sample %v, per node %v, wire %v", *g.BytesSentPerSample, g.BytesSentPerSamplePerNode,
+			g.WireBytesSentPerSample)
 	}
 	if BestLR(res.Tuning, ModeGossip) != 0.1 || BestLR(res.Tuning, ModeSync) != 0.2 {
 		t.Errorf("best LRs %v %v", BestLR(res.Tuning, ModeGossip), BestLR(res.Tuning, ModeSync))
@@ -416,7 +465,7 @@ func TestBestLRPrefersReachingThenFasterThenAccuracy(t *testing.T) {
 }
 
 func TestResultsRoundTrip(t *testing.T) {
-	res := fakeResults()
+	res := fakeBench(fakeResults())
 	var buf bytes.Buffer
 	if err := WriteResults(&buf, res); err != nil {
 		t.Fatal(err)
@@ -441,28 +490,36 @@ func TestResultsRoundTrip(t *testing.T) {
 func TestReadResultsRefusesMalformed(t *testing.T) {
 	encode := func(res *Results) []byte {
 		var buf bytes.Buffer
-		if err := WriteResults(&buf, res); err != nil {
+		if err := WriteResults(&buf, fakeBench(res)); err != nil {
 			t.Fatal(err)
 		}
 		return buf.Bytes()
 	}
 	cases := map[string]func(*Results) []byte{
-		"wrong schema":     func(r *Results) []byte { r.Schema = "other/1"; return encode(r) },
-		"missing run":      func(r *Results) []byte { r.Runs = r.Runs[1:]; return encode(r) },
-		"duplicate run":    func(r *Results) []byte { r.Runs = append(r.Runs, r.Runs[0]); return encode(r) },
-		"short per-node":   func(r *Results) []byte { r.Runs[0].BusyFraction = r.Runs[0].BusyFraction[:1]; return encode(r) },
-		"busy above one":   func(r *Results) []byte { r.Runs[0].BusyFraction[0] = 1.5; return encode(r) },
-		"no lr":            func(r *Results) []byte { delete(r.LR, ModeSync); return encode(r) },
-		"no summary":       func(r *Results) []byte { delete(r.Summary, ModeLocal); return encode(r) },
-		"unknown mode":     func(r *Results) []byte { r.Settings.Modes = append(r.Settings.Modes, "async"); return encode(r) },
-		"no base step":     func(r *Results) []byte { r.BaseStepS = 0; return encode(r) },
-		"time goes back":   func(r *Results) []byte { r.Runs[0].Traces[0].Points[3].T = 0; return encode(r) },
-		"reached disagree": func(r *Results) []byte { r.Runs[0].SamplesToTarget = nil; return encode(r) },
-		"unknown end":      func(r *Results) []byte { r.Runs[0].End = "timeout"; return encode(r) },
-		"no exits":         func(r *Results) []byte { r.Runs[1].NodeExitS = nil; return encode(r) },
-		"no W":             func(r *Results) []byte { r.Settings.FixedWallS = 0; return encode(r) },
-		"no run length":    func(r *Results) []byte { delete(r.Epochs, ModeSync); return encode(r) },
-		"no differences":   func(r *Results) []byte { delete(r.Settings.DiffersFromDefaults, ModeGossip); return encode(r) },
+		"wrong schema": func(r *Results) []byte {
+			return bytes.Replace(encode(r), []byte(ResultsSchema), []byte("other/1"), 1)
+		},
+		"bad network": func(r *Results) []byte { r.Network.Name = "wan:40ms"; return encode(r) },
+		"short link": func(r *Results) []byte {
+			r.Runs[0].Link = &RunLink{WireBytesSent: []uint64{1}}
+			return encode(r)
+		},
+		"no bytes per sample": func(r *Results) []byte { r.Runs[0].BytesSentPerSample = nil; return encode(r) },
+		"missing run":         func(r *Results) []byte { r.Runs = r.Runs[1:]; return encode(r) },
+		"duplicate run":       func(r *Results) []byte { r.Runs = append(r.Runs, r.Runs[0]); return encode(r) },
+		"short per-node":      func(r *Results) []byte { r.Runs[0].BusyFraction = r.Runs[0].BusyFraction[:1]; return encode(r) },
+		"busy above one":      func(r *Results) []byte { r.Runs[0].BusyFraction[0] = 1.5; return encode(r) },
+		"no lr":               func(r *Results) []byte { delete(r.LR, ModeSync); return encode(r) },
+		"no summary":          func(r *Results) []byte { delete(r.Summary, ModeLocal); return encode(r) },
+		"unknown mode":        func(r *Results) []byte { r.Settings.Modes = append(r.Settings.Modes, "async"); return encode(r) },
+		"no base step":        func(r *Results) []byte { r.BaseStepS = 0; return encode(r) },
+		"time goes back":      func(r *Results) []byte { r.Runs[0].Traces[0].Points[3].T = 0; return encode(r) },
+		"reached disagree":    func(r *Results) []byte { r.Runs[0].SamplesToTarget = nil; return encode(r) },
+		"unknown end":         func(r *Results) []byte { r.Runs[0].End = "timeout"; return encode(r) },
+		"no exits":            func(r *Results) []byte { r.Runs[1].NodeExitS = nil; return encode(r) },
+		"no W":                func(r *Results) []byte { r.Settings.FixedWallS = 0; return encode(r) },
+		"no run length":       func(r *Results) []byte { delete(r.Epochs, ModeSync); return encode(r) },
+		"no differences":      func(r *Results) []byte { delete(r.Settings.DiffersFromDefaults, ModeGossip); return encode(r) },
 		"unknown field": func(r *Results) []byte {
 			return bytes.Replace(encode(r), []byte(`"schema"`), []byte(`"extra": 1, "schema"`), 1)
 		},
@@ -613,7 +670,7 @@ func TestParseSnapshotMetaNamesWhatIsMissing(t *testing.T) {
 }
 
 func TestWriteAllWritesReportAndPlots(t *testing.T) {
-	res := fakeResults()
+	res := fakeBench(fakeResults())
 	dir := t.TempDir()
 	if err := WriteAll(dir, res); err != nil {
 		t.Fatal(err)
@@ -853,13 +910,14 @@ func fakeBenchConfig() BenchConfig {
 
 func TestRunBenchMeasuresWOnGossipAndBudgetsSyncToIt(t *testing.T) {
 	f := &fakeSwarm{wall: func(string, float64) float64 { return 20 }}
-	res, err := runBench(t.Context(), fakeBenchConfig(), f.swarm)
+	br, err := runBench(t.Context(), fakeBenchConfig(), f.swarm)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := res.Validate(); err != nil {
+	if err := br.Validate(); err != nil {
 		t.Fatalf("results: %v", err)
 	}
+	res := br.Networks[0]
 	d := node.DefaultConfig()
 	first := f.jobs[0]
 	if !first.tune || first.mode != ModeGossip || first.lr != d.Train.LR || first.epochs != d.Epochs || first.stopAt != 0 {
@@ -917,10 +975,11 @@ func TestRunBenchTunesGossipAndTakesWAtTheChosenRate(t *testing.T) {
 	// Lower rates reach the target sooner here (3 + 10 lr s); each rate's
 	// run takes a different time.
 	f := &fakeSwarm{wall: func(_ string, lr float64) float64 { return 20 + 100*lr }}
-	res, err := runBench(t.Context(), c, f.swarm)
+	br, err := runBench(t.Context(), c, f.swarm)
 	if err != nil {
 		t.Fatal(err)
 	}
+	res := br.Networks[0]
 	if res.LR[ModeGossip] != 0.03 || res.Settings.FixedWallS != 23 {
 		t.Errorf("gossip lr %v, W %v; want 0.03 and its run's 23 s", res.LR[ModeGossip], res.Settings.FixedWallS)
 	}
@@ -945,13 +1004,14 @@ func TestRunBenchQuickStopsSyncAtWWithoutTuning(t *testing.T) {
 	c.Binary, c.Out, c.BaseStep, c.Nodes, c.Slowdowns, c.Dataset = q.Binary, q.Out, q.BaseStep, q.Nodes, q.Slowdowns, q.Dataset
 	c.Modes = []string{ModeSync, ModeGossip, ModeLocal}
 	f := &fakeSwarm{wall: func(string, float64) float64 { return 11 }}
-	res, err := runBench(t.Context(), c, f.swarm)
+	br, err := runBench(t.Context(), c, f.swarm)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := res.Validate(); err != nil {
+	if err := br.Validate(); err != nil {
 		t.Fatalf("results: %v", err)
 	}
+	res := br.Networks[0]
 	// Nothing is tuned: W comes from seed 1's gossip run, made first and
 	// reported once.
 	if len(res.Tuning) != 0 || len(f.jobs) != 3 || len(res.Runs) != 3 {
@@ -974,14 +1034,14 @@ func TestRunBenchQuickStopsSyncAtWWithoutTuning(t *testing.T) {
 		t.Errorf("quick gossip differs by %q", got)
 	}
 	var buf bytes.Buffer
-	if err := WriteReport(&buf, res); err != nil || !strings.Contains(buf.String(), "the first report seed (nothing is tuned") {
+	if err := WriteReport(&buf, br); err != nil || !strings.Contains(buf.String(), "the first report seed (nothing is tuned") {
 		t.Errorf("the report does not say where W was measured (%v)", err)
 	}
 }
 
 func TestReportSaysHowEachModeDiffersFromANodesDefaults(t *testing.T) {
 	var buf bytes.Buffer
-	if err := WriteReport(&buf, fakeResults()); err != nil {
+	if err := WriteReport(&buf, fakeBench(fakeResults())); err != nil {
 		t.Fatal(err)
 	}
 	report := buf.String()
@@ -1003,8 +1063,153 @@ func TestReportSaysHowEachModeDiffersFromANodesDefaults(t *testing.T) {
 		}
 	}
 	var sum bytes.Buffer
-	WriteSummary(&sum, fakeResults())
-	if !strings.Contains(sum.String(), "W (gossip's wall time on seed 1000) = 10.00 s") || !strings.Contains(sum.String(), "none") {
+	WriteSummary(&sum, fakeBench(fakeResults()))
+	if !strings.Contains(sum.String(), "on loopback: W (gossip's wall time on seed 1000) = 10.00 s") || !strings.Contains(sum.String(), "none") {
 		t.Errorf("summary:\n%s", sum.String())
+	}
+}
+
+// fakeWANResults is fakeResults on an emulated WAN: every run carries
+// its link's figures.
+func fakeWANResults(t *testing.T) *Results {
+	t.Helper()
+	n, err := ParseNet("wan:40ms,100mbit,0.5%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := fakeResults()
+	res.Network, res.Settings.Harness = networkInfo(n), HarnessFlags(DefaultBenchConfig(), n)
+	for _, runs := range [][]Run{res.Runs, res.Tuning} {
+		for i := range runs {
+			if runs[i].Error != "" {
+				continue
+			}
+			runs[i].Link = runLink(WANStats{Endpoints: []WANEndpointStats{
+				{LinkCounters: LinkCounters{SentBytes: 60000, Lost: 2}}, {LinkCounters: LinkCounters{SentBytes: 60000, UplinkDrops: 1}},
+			}, LateMeanS: 0.0003, LateMaxS: 0.004}, 2)
+			runCosts(&runs[i])
+		}
+	}
+	summarize(res)
+	return res
+}
+
+func TestEveryNetworkSideBySide(t *testing.T) {
+	br := fakeBench(fakeResults(), fakeWANResults(t))
+	dir := t.TempDir()
+	if err := WriteAll(dir, br); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadResultsFile(filepath.Join(dir, ResultsFile))
+	if err != nil || !reflect.DeepEqual(back, br) {
+		t.Fatalf("results.json round trip: %v", err)
+	}
+	wan := back.Networks[1]
+	if wan.Network.RTTS != 0.04 || wan.Network.RateBits != 1e8 || wan.Network.Loss != 0.005 || wan.Network.QueueBytes != 500_000 ||
+		!strings.Contains(wan.Network.Emulation, "--announce") {
+		t.Errorf("WAN network %+v", wan.Network)
+	}
+	// 120,000 wire bytes over gossip's 2 x 6000 x 10 samples.
+	if w := wan.Summary[ModeGossip].WireBytesSentPerSample; w == nil || !near(*w, 1) {
+		t.Errorf("gossip's wire bytes per sample %v, want 1", w)
+	}
+	report, err := os.ReadFile(filepath.Join(dir, ReportFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"## Networks", "- **loopback**: the nodes talk over 127.0.0.1 directly",
+		"- **wan:40ms,100mbit,0.5%**: emulated WAN in user space", "RTT 40ms", "random loss of 0.5% per packet",
+		"## Every mode on every network",
+		"| loopback | gossip | 2.25 s | 1.50 s |", "| wan:40ms,100mbit,0.5% | gossip | 2.25 s | 1.50 s |",
+		"| loopback | local | not reached (0 of 2 reached) |",
+		"## On loopback", "## On wan:40ms,100mbit,0.5%", "### Method", "#### Settings that differ",
+		"on an emulated WAN, wan:40ms,100mbit,0.5%", "| `--listen /ip4/127.0.0.1/udp/PORT/quic-v1 --announce",
+		"On the emulated WAN: wire bytes sent per sample", "10 packets dropped at full queues, 20 lost at random, 0 senders that were no node",
+		"Co-run ideal", "(wan-40ms-100mbit-0.5pct-accuracy.png)", "(loopback-accuracy.png)",
+	} {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if strings.Count(string(report), "--listen /ip4/127.0.0.1/udp/PORT") != 1 {
+		t.Error("the WAN's harness flags are not the WAN's alone")
+	}
+	for _, slug := range []string{"loopback", "wan-40ms-100mbit-0.5pct"} {
+		for _, name := range []string{AccuracyPlot, BusyPlot, TimePlot, ConsensusPlot} {
+			if st, err := os.Stat(filepath.Join(dir, slug+"-"+name)); err != nil || st.Size() == 0 {
+				t.Errorf("%s-%s: %v", slug, name, err)
+			}
+		}
+	}
+	var sum bytes.Buffer
+	WriteSummary(&sum, br)
+	if !strings.Contains(sum.String(), "on loopback: W") || !strings.Contains(sum.String(), "on wan:40ms,100mbit,0.5%: W") {
+		t.Errorf("summary:\n%s", sum.String())
+	}
+	twice := fakeBench(fakeResults(), fakeResults())
+	if err := twice.Validate(); err == nil || !strings.Contains(err.Error(), "network loopback twice") {
+		t.Errorf("the same network twice: %v", err)
+	}
+}
+
+// TestReadResultsTakesSchema2 reads results.json as it was before
+// networks: a loopback benchmark whose bytes per sample are computed from
+// its traces.
+func TestReadResultsTakesSchema2(t *testing.T) {
+	res := fakeResults()
+	b, err := json.Marshal(resultsV2{Schema: resultsSchema2, Command: "meshtrain bench --old", Machine: Machine{NumCPU: 2}, Results: *res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	delete(m, "network")
+	for _, key := range []string{"runs", "tuning"} {
+		for _, r := range m[key].([]any) {
+			run := r.(map[string]any)
+			for _, f := range []string{"bytes_sent_per_sample", "cluster_bytes_sent_per_sample", "co_run_ideal_time_to_target_s"} {
+				delete(run, f)
+			}
+		}
+	}
+	for _, s := range m["summary"].(map[string]any) {
+		for _, f := range []string{"bytes_sent_per_sample", "bytes_sent_per_sample_per_node", "co_run_ideal_time_to_target_s"} {
+			delete(s.(map[string]any), f)
+		}
+	}
+	old, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(old), "per_sample") || strings.Contains(string(old), `"network"`) {
+		t.Fatal("the old layout still has new fields")
+	}
+	br, err := ReadResults(bytes.NewReader(old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if br.Schema != ResultsSchema || br.Command != "meshtrain bench --old" || len(br.Networks) != 1 {
+		t.Fatalf("read %+v", br)
+	}
+	got := br.Networks[0]
+	if got.Network.Name != NetLoopback || !reflect.DeepEqual(got.Runs, res.Runs) || !reflect.DeepEqual(got.Summary, res.Summary) {
+		t.Errorf("the /2 results did not read back as they were computed: network %q", got.Network.Name)
+	}
+}
+
+func TestEveryModeHasItsOwnColour(t *testing.T) {
+	seen := map[color.Color]string{}
+	for _, m := range append(slices.Clone(AllModes), "diloco", "diloco-scaled") {
+		c := modeColor(m)
+		if c == nil {
+			t.Fatalf("%s: no colour", m)
+		}
+		if other, dup := seen[c]; dup && slices.Contains(AllModes, m) {
+			t.Errorf("%s and %s share a colour", m, other)
+		}
+		seen[c] = m
 	}
 }

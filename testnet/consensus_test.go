@@ -214,7 +214,7 @@ func TestResultsValidateConsensus(t *testing.T) {
 		old.Tuning[i].Consensus = nil
 	}
 	var buf bytes.Buffer
-	if err := WriteResults(&buf, old); err != nil {
+	if err := WriteResults(&buf, fakeBench(old)); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(buf.String(), `"consensus"`) {
@@ -224,15 +224,18 @@ func TestResultsValidateConsensus(t *testing.T) {
 		t.Errorf("results without consensus: %v", err)
 	}
 	buf.Reset()
-	if err := WriteResults(&buf, res); err != nil {
+	if err := WriteResults(&buf, fakeBench(res)); err != nil {
 		t.Fatal(err)
 	}
-	var raw struct {
-		Runs []map[string]json.RawMessage `json:"runs"`
+	var all struct {
+		Networks []struct {
+			Runs []map[string]json.RawMessage `json:"runs"`
+		} `json:"networks"`
 	}
-	if err := json.Unmarshal(buf.Bytes(), &raw); err != nil {
+	if err := json.Unmarshal(buf.Bytes(), &all); err != nil || len(all.Networks) != 1 {
 		t.Fatal(err)
 	}
+	raw := all.Networks[0]
 	var pts []map[string]float64
 	if err := json.Unmarshal(raw.Runs[0]["consensus"], &pts); err != nil || len(pts) == 0 ||
 		!reflect.DeepEqual(pts[2], map[string]float64{"t_s": 1, "distance": 0.005}) {
@@ -264,7 +267,7 @@ func TestConsensusCurveIsTheMedianOverSeedsAndAtTarget(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	if err := WriteReport(&buf, fakeResults()); err != nil {
+	if err := WriteReport(&buf, fakeBench(fakeResults())); err != nil {
 		t.Fatal(err)
 	}
 	// Gossip at target: seed 1 at 2 s (0.01/3), seed 2 at 2.5 s
@@ -283,7 +286,7 @@ func TestPlotConsensusOnlyWithASeries(t *testing.T) {
 		res.Runs[i].Consensus = nil
 	}
 	dir := t.TempDir()
-	if err := WriteAll(dir, res); err != nil {
+	if err := WriteAll(dir, fakeBench(res)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ConsensusPlot)); !os.IsNotExist(err) {

@@ -21,6 +21,15 @@
 //		err = testnet.WriteAll(cfg.Out, res)
 //	}
 //
+// On an emulated WAN (BenchConfig.Networks, `--net wan:40ms,100mbit`) every
+// node sits behind a UDP relay in this process that gives it an access link
+// of a rate up and down, a delay and a loss (WAN, wanrelay.go; the model in
+// wan.go is free of sockets and clocks):
+//
+//	w, err := testnet.StartWAN(testnet.WANSpec{RTT: 40 * time.Millisecond, Rate: 100e6}, seed)
+//	defer w.Close()
+//	tn, err := testnet.Up(ctx, testnet.Config{Binary: exe, Dir: dir, Nodes: 4, WAN: w})
+//
 // The arithmetic (times to target, efficiency, the ideal, medians) is in
 // metrics.go and analyze.go, free of processes and clocks.
 package testnet

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,6 +55,11 @@ type Config struct {
 	// Fresh starts every node's run over (--fresh) rather than resuming
 	// what its data dir holds.
 	Fresh bool
+	// WAN, if set, puts every node behind this emulated network: each
+	// listens for QUIC only, on 127.0.0.1, and announces its public address
+	// on the WAN instead (--listen, --announce), so every packet between
+	// nodes crosses it. The caller starts and closes it.
+	WAN *WAN
 }
 
 // GateFile is the start file of a gated testnet, in its Dir.
@@ -75,6 +81,9 @@ func (c Config) Validate() error {
 		if !(s >= 1 && s <= 1000) {
 			errs = append(errs, fmt.Errorf("testnet: slowdown %v not in [1,1000]", s))
 		}
+	}
+	if c.WAN != nil && c.Detach {
+		errs = append(errs, errors.New("testnet: an emulated WAN lives in this process: it cannot outlive it (no --detach)"))
 	}
 	return errors.Join(errs...)
 }
@@ -177,9 +186,12 @@ func Up(ctx context.Context, cfg Config) (*Testnet, error) {
 		tn.Members = append(tn.Members, m)
 		if i == 0 {
 			bootstrap = tcpAddr(m.Addrs)
+			if cfg.WAN != nil {
+				bootstrap = quicAddr(m.Addrs)
+			}
 			if bootstrap == "" {
 				tn.Stop(10 * time.Second)
-				return nil, fmt.Errorf("testnet: node 0 reported no TCP address: %v", m.Addrs)
+				return nil, fmt.Errorf("testnet: node 0 reported no address to bootstrap from: %v", m.Addrs)
 			}
 		}
 	}
@@ -198,6 +210,30 @@ func tcpAddr(addrs []string) string {
 		}
 	}
 	return ""
+}
+
+func quicAddr(addrs []string) string {
+	for _, a := range addrs {
+		if strings.Contains(a, "/quic-v1") {
+			return a
+		}
+	}
+	return ""
+}
+
+// joinWAN makes node i an endpoint of the testnet's WAN (WAN.Join) and
+// returns its flags: listen for QUIC there, announce the public address.
+func (tn *Testnet) joinWAN(i int) ([]string, error) {
+	listen, pub, err := tn.cfg.WAN.Join(fmt.Sprintf("node %d", i))
+	if err != nil {
+		return nil, err
+	}
+	return []string{"--listen", QUICAddr(listen), "--announce", QUICAddr(pub)}, nil
+}
+
+// QUICAddr is the QUIC multiaddr of a UDP address on 127.0.0.1.
+func QUICAddr(a netip.AddrPort) string {
+	return fmt.Sprintf("/ip4/%s/udp/%d/quic-v1", a.Addr(), a.Port())
 }
 
 func (tn *Testnet) slowdown(i int) float64 {
@@ -233,6 +269,13 @@ func (tn *Testnet) start(ctx context.Context, i int, bootstrap string) (*Member,
 	}
 	if tn.cfg.Fresh {
 		args = append(args, "--fresh")
+	}
+	if tn.cfg.WAN != nil {
+		more, err := tn.joinWAN(i)
+		if err != nil {
+			return nil, fmt.Errorf("testnet: node %d: %w", i, err)
+		}
+		args = append(args, more...)
 	}
 	args = append(args, tn.cfg.NodeArgs...)
 	var env []string

@@ -20,6 +20,34 @@ var modeColors = map[string]color.Color{
 	ModeLocal:       color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff},
 }
 
+// extraColors are for modes modeColors does not name, in AllModes order.
+var extraColors = []color.Color{
+	color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+	color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+	color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
+	color.RGBA{R: 0xe3, G: 0x77, B: 0xc2, A: 0xff},
+	color.RGBA{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff},
+}
+
+// modeColor is a mode's colour: its own, or one of extraColors by its
+// place among the modes without one, so a mode added to AllModes is drawn
+// too.
+func modeColor(mode string) color.Color {
+	if c, ok := modeColors[mode]; ok {
+		return c
+	}
+	k := 0
+	for _, m := range AllModes {
+		if m == mode {
+			break
+		}
+		if _, ok := modeColors[m]; !ok {
+			k++
+		}
+	}
+	return extraColors[k%len(extraColors)]
+}
+
 // AccuracyCurve is a mode's accuracy over wall time: at each time, the
 // median over seeds of the nodes' mean accuracy (Mean) and of the worst
 // node's (Worst).
@@ -84,6 +112,14 @@ func faded(c color.Color) color.Color {
 	return color.NRGBA{R: uint8(r >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: 0x80}
 }
 
+// onNetwork names a network other than loopback for a plot's title.
+func onNetwork(r *Results) string {
+	if r.Network.Name == "" || r.Network.Name == NetLoopback {
+		return ""
+	}
+	return ", on " + r.Network.Name
+}
+
 // plotEnd is where the accuracy plot ends: the last report run's end, W at
 // least (a node that ended holds its final model up to there).
 func plotEnd(r *Results) float64 {
@@ -101,8 +137,8 @@ func plotEnd(r *Results) float64 {
 // a log time axis so the first seconds, where the modes part, are legible.
 func PlotAccuracy(r *Results, path string) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Test accuracy vs wall time (%d nodes at %s, median of %d seed(s))",
-		r.Settings.Nodes, joinG(r.Settings.Slowdowns), len(r.Settings.Seeds))
+	p.Title.Text = fmt.Sprintf("Test accuracy vs wall time (%d nodes at %s, median of %d seed(s)%s)",
+		r.Settings.Nodes, joinG(r.Settings.Slowdowns), len(r.Settings.Seeds), onNetwork(r))
 	p.X.Label.Text = "wall time since the common start (s, log scale)"
 	p.Y.Label.Text = "test accuracy"
 	p.Legend.Top, p.Legend.Left = false, false
@@ -122,12 +158,12 @@ func PlotAccuracy(r *Results, path string) error {
 		if err != nil {
 			return err
 		}
-		mean.Color, mean.Width = modeColors[mode], vg.Points(1.5)
+		mean.Color, mean.Width = modeColor(mode), vg.Points(1.5)
 		worst, err := plotter.NewLine(xys(c.T, c.Worst))
 		if err != nil {
 			return err
 		}
-		worst.Color, worst.Width = faded(modeColors[mode]), vg.Points(0.8)
+		worst.Color, worst.Width = faded(modeColor(mode)), vg.Points(0.8)
 		worst.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
 		p.Add(mean, worst)
 		p.Legend.Add(mode+" (mean of nodes)", mean)
@@ -184,8 +220,8 @@ func PlotConsensus(r *Results, path string) error {
 	logY := hi > 0
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("Consensus distance (mean squared distance of the models to their average) vs wall time\n"+
-		"(%d nodes at %s, median of %d seed(s))",
-		r.Settings.Nodes, joinG(r.Settings.Slowdowns), len(r.Settings.Seeds))
+		"(%d nodes at %s, median of %d seed(s)%s)",
+		r.Settings.Nodes, joinG(r.Settings.Slowdowns), len(r.Settings.Seeds), onNetwork(r))
 	p.X.Label.Text = "wall time since the common start (s, log scale)"
 	p.Y.Label.Text = "consensus distance"
 	if logY {
@@ -217,7 +253,7 @@ func PlotConsensus(r *Results, path string) error {
 			if err != nil {
 				return err
 			}
-			l.Color, l.Width = modeColors[c.mode], vg.Points(1.5)
+			l.Color, l.Width = modeColor(c.mode), vg.Points(1.5)
 			if k == 0 {
 				p.Legend.Add(label, l)
 			}
@@ -245,7 +281,7 @@ func PlotConsensus(r *Results, path string) error {
 // over seeds), grouped by node.
 func PlotBusy(r *Results, path string) error {
 	p := plot.New()
-	p.Title.Text = "Busy fraction per node (computing or emulating slower hardware, not waiting)"
+	p.Title.Text = "Busy fraction per node (computing or emulating slower hardware, not waiting)" + onNetwork(r)
 	p.Y.Label.Text = "busy fraction"
 	modes := 0
 	for _, mode := range r.Settings.Modes {
@@ -264,7 +300,7 @@ func PlotBusy(r *Results, path string) error {
 		if err != nil {
 			return err
 		}
-		bars.Color = modeColors[mode]
+		bars.Color = modeColor(mode)
 		bars.LineStyle.Width = 0
 		bars.Offset = w * vg.Length(float64(k)-float64(modes-1)/2)
 		p.Add(bars)
@@ -302,7 +338,8 @@ func PlotBusy(r *Results, path string) error {
 // first node) against the ideal.
 func PlotTimes(r *Results, path string) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Time to %.1f%% test accuracy (median of %d seed(s))", 100*r.Settings.Target, len(r.Settings.Seeds))
+	p.Title.Text = fmt.Sprintf("Time to %.1f%% test accuracy (median of %d seed(s)%s)", 100*r.Settings.Target, len(r.Settings.Seeds),
+		onNetwork(r))
 	p.Y.Label.Text = "seconds (missing bar: not reached)"
 	var names []string
 	var all, first plotter.Values
@@ -354,13 +391,14 @@ func zeroIfNil(p *float64) float64 {
 	return *p
 }
 
-// WritePlots writes the PNGs into dir: accuracy, busy fraction, time to
-// target, and consensus distance when the runs recorded it.
-func WritePlots(dir string, r *Results) error {
+// WritePlots writes one network's PNGs into dir: accuracy, busy fraction,
+// time to target, and consensus distance when the runs recorded it; file
+// names a plot's file.
+func WritePlots(dir string, r *Results, file func(name string) string) error {
 	for name, f := range map[string]func(*Results, string) error{
 		AccuracyPlot: PlotAccuracy, BusyPlot: PlotBusy, TimePlot: PlotTimes, ConsensusPlot: PlotConsensus,
 	} {
-		if err := f(r, filepath.Join(dir, name)); err != nil {
+		if err := f(r, filepath.Join(dir, file(name))); err != nil {
 			return fmt.Errorf("%w: plot %s: %w", ErrBench, name, err)
 		}
 	}

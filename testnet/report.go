@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -72,22 +73,23 @@ func modeValue[T any](m map[string]T, mode string, def T) T {
 	return def
 }
 
-// WriteReport renders report.md: the method (what each mode runs with and
-// how it differs from a node's defaults, what the harness sets), the
-// setup, each mode's medians, the ratios and bars, every run, the tuning,
-// and the plots.
-func WriteReport(w io.Writer, r *Results) error {
+// WriteReport renders report.md: the benchmark's command and machine, how
+// each network was made, every mode side by side on every network, then
+// each network's own report (writeNetwork).
+func WriteReport(w io.Writer, br *BenchResults) error {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-	st := r.Settings
 	p("# meshtrain benchmark\n\n")
-	if st.Quick {
-		p("**Quick run** (a smoke test: one seed, no tuning, a short run, a lower target). " +
-			"Its figures are not the benchmark's.\n\n")
+	for _, r := range br.Networks {
+		if r.Settings.Quick {
+			p("**Quick run** (a smoke test: one seed, no tuning, a short run, a lower target). " +
+				"Its figures are not the benchmark's.\n\n")
+			break
+		}
 	}
-	p("- Command: `%s`\n", r.Command)
-	p("- Date: %s; run time %s\n", r.Started.Format(time.RFC3339), (time.Duration(r.RunTimeS) * time.Second).String())
-	m := r.Machine
+	p("- Command: `%s`\n", br.Command)
+	p("- Date: %s; run time %s\n", br.Started.Format(time.RFC3339), (time.Duration(br.RunTimeS) * time.Second).String())
+	m := br.Machine
 	p("- Machine: %d CPUs", m.NumCPU)
 	if m.CPUModel != "" {
 		p(" (%s)", m.CPUModel)
@@ -96,16 +98,102 @@ func WriteReport(w io.Writer, r *Results) error {
 	if m.LoadAvg != "" {
 		p("; load average at start %s", m.LoadAvg)
 	}
-	writeMethod(&b, r)
-	p("\n## Setup\n\n")
+	p("\n\n## Networks\n\n")
+	for _, r := range br.Networks {
+		p("- **%s**: %s.\n", r.Network.Name, r.Network.Emulation)
+	}
+	writeSideBySide(&b, br)
+	level := 2
+	if len(br.Networks) > 1 {
+		level = 3
+	}
+	for _, r := range br.Networks {
+		if len(br.Networks) > 1 {
+			p("\n## On %s\n", r.Network.Name)
+		}
+		writeNetwork(&b, br, r, level)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// perSample formats a run's or mode's bytes per sample: the swarm's, then
+// each node's.
+func perSample(cluster *float64, nodes []float64) string {
+	if cluster == nil {
+		return "-"
+	}
+	s := make([]string, len(nodes))
+	for i, x := range nodes {
+		s[i] = fmtBytes(x)
+	}
+	return fmt.Sprintf("%s (%s)", fmtBytes(*cluster), strings.Join(s, " / "))
+}
+
+// fmtBytes formats a number of bytes per sample: whole bytes from 100 up,
+// three significant digits below.
+func fmtBytes(x float64) string {
+	if x >= 100 {
+		return fmt.Sprintf("%.0f", x)
+	}
+	return strconv.FormatFloat(x, 'g', 3, 64)
+}
+
+// optBytes is fmtBytes of an optional value.
+func optBytes(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmtBytes(*p)
+}
+
+// writeSideBySide is the headline table: every mode on every network, the
+// medians over seeds.
+func writeSideBySide(b *strings.Builder, br *BenchResults) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	p("\n## Every mode on every network\n\n")
+	p("Medians over the report seeds. Bytes sent per sample processed: the nodes' parameter bytes over their samples, " +
+		"the swarm's and (in brackets) each node's, over the whole run; on an emulated WAN also every byte the nodes put " +
+		"on the network (QUIC headers, DHT, pubsub and models) over the swarm's samples.\n\n")
+	p("| network | mode | time to target, all nodes | first node | samples to target | bytes sent per sample (per node) | " +
+		"wire bytes per sample | busy fraction per node | accuracy at W |\n")
+	p("|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range br.Networks {
+		for _, mode := range r.Settings.Modes {
+			s := r.Summary[mode]
+			if s == nil {
+				continue
+			}
+			reached := ""
+			if s.Reached < s.Runs {
+				reached = fmt.Sprintf(" (%d of %d reached)", s.Reached, s.Runs)
+			}
+			p("| %s | %s | %s%s | %s | %s | %s | %s | %s | %s at %.2f s |\n", r.Network.Name, mode, secs(s.TimeToTargetS), reached,
+				secs(s.FirstNodeTimeS), num(s.SamplesToTarget, "%.0f"), perSample(s.BytesSentPerSample, s.BytesSentPerSamplePerNode),
+				optBytes(s.WireBytesSentPerSample), fracs(s.BusyFraction), pct(s.FinalAccuracy), r.Settings.FixedWallS)
+		}
+	}
+}
+
+// writeNetwork is one network's report, its headings at level: the method
+// (what each mode runs with and how it differs from a node's defaults,
+// what the harness sets), the setup, each mode's medians, the ratios and
+// bars, every run, the tuning, and the plots.
+func writeNetwork(b *strings.Builder, br *BenchResults, r *Results, level int) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	h := strings.Repeat("#", level)
+	st := r.Settings
+	writeMethod(b, r, level)
+	p("\n%s Setup\n\n", h)
 	shards := "iid"
 	if st.NonIID > 0 {
 		shards = fmt.Sprintf("label-skewed (Dirichlet alpha %g)", st.NonIID)
 	}
-	p("| nodes | slowdowns | dataset | shards | model | batch | target | seeds | tuning seed | W | cap |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|---|\n")
-	p("| %d | %s | %s | %s | %s | %d | %.1f%% | %d | %d | %.2f s | %.0f s |\n\n", st.Nodes, joinG(st.Slowdowns), st.Dataset,
-		shards, st.Model, st.Batch, 100*st.Target, len(st.Seeds), st.TuneSeed, st.FixedWallS, st.CapS)
+	p("| network | nodes | slowdowns | dataset | shards | model | batch | target | seeds | tuning seed | W | cap |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p("| %s | %d | %s | %s | %s | %s | %d | %.1f%% | %d | %d | %.2f s | %.0f s |\n\n", r.Network.Name, st.Nodes, joinG(st.Slowdowns),
+		st.Dataset, shards, st.Model, st.Batch, 100*st.Target, len(st.Seeds), st.TuneSeed, st.FixedWallS, st.CapS)
+	p("- Network: %s.\n", r.Network.Emulation)
 	p("- Heterogeneity: %s.\n", st.Heterogeneity)
 	p("- Base step %.3f ms; solo samples/s per node %s (sum %.0f, the cluster's ceiling).\n", 1000*r.BaseStepS,
 		fmtRates(r.SoloSamplesPerS), r.SoloSamplesPerSSum)
@@ -124,9 +212,9 @@ func WriteReport(w io.Writer, r *Results) error {
 		p("- Extra node flags: `%s`\n", strings.Join(st.NodeArgs, " "))
 	}
 
-	p("\n## Results (medians over %d seed(s))\n\n", len(st.Seeds))
-	p("| mode | time to target, all nodes | first node | samples to target | accuracy at W (%.2f s) | wall time | cluster samples/s | efficiency | busy fraction per node | MB sent per node |\n", st.FixedWallS)
-	p("|---|---|---|---|---|---|---|---|---|---|\n")
+	p("\n%s Results (medians over %d seed(s))\n\n", h, len(st.Seeds))
+	p("| mode | time to target, all nodes | first node | samples to target | accuracy at W (%.2f s) | wall time | cluster samples/s | efficiency | busy fraction per node | MB sent per node | bytes sent per sample (per node) |\n", st.FixedWallS)
+	p("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, mode := range st.Modes {
 		s := r.Summary[mode]
 		if s == nil {
@@ -140,23 +228,38 @@ func WriteReport(w io.Writer, r *Results) error {
 		if s.Capped > 0 {
 			capped = fmt.Sprintf(" (%d capped)", s.Capped)
 		}
-		p("| %s | %s%s | %s | %s | %s | %s%s | %s | %s | %s | %s |\n", mode, secs(s.TimeToTargetS), reached, secs(s.FirstNodeTimeS),
+		p("| %s | %s%s | %s | %s | %s | %s%s | %s | %s | %s | %s | %s |\n", mode, secs(s.TimeToTargetS), reached, secs(s.FirstNodeTimeS),
 			num(s.SamplesToTarget, "%.0f"), pct(s.FinalAccuracy), secs(s.WallS), capped, num(s.SamplesPerS, "%.0f"),
-			num(s.Efficiency, "%.3f"), fracs(s.BusyFraction), mbs(s.BytesSentPerNode))
+			num(s.Efficiency, "%.3f"), fracs(s.BusyFraction), mbs(s.BytesSentPerNode),
+			perSample(s.BytesSentPerSample, s.BytesSentPerSamplePerNode))
 	}
 	if s := r.Summary[ModeSync]; s != nil {
 		p("\nIdeal time to target (sync's samples to target / sum of solo rates): %s. "+
 			"Sync at its structural pace (sync's samples to target / (nodes x the slowest solo rate), "+
-			"a synchronous implementation with free communication): %s.\n", secs(s.IdealTimeToTarget), secs(s.SyncPaceTimeS))
+			"a synchronous implementation with free communication): %s.", secs(s.IdealTimeToTarget), secs(s.SyncPaceTimeS))
+		if s.CoRunIdealTimeS != nil {
+			p(" Co-run ideal (sync's samples to target / the cluster samples/s local measured on the same seed and network, "+
+				"what the machine delivers with no communication at all): %s.", secs(s.CoRunIdealTimeS))
+		}
+		p("\n")
 	}
 	q := r.Ratios
-	p("\nRatios: gossip / sync time to target %s; gossip / sync at its structural pace %s; gossip / ideal %s; "+
-		"cluster samples/s gossip / sync %s (the profile's structural ratio is %.2fx).\n", times(q.GossipOverSync),
-		times(q.GossipOverSyncPace), times(q.GossipOverIdeal), times(q.ThroughputGossipOverSync), q.StructuralThroughput)
+	p("\nRatios: gossip / sync time to target %s; gossip / sync at its structural pace %s; gossip / ideal %s; ",
+		times(q.GossipOverSync), times(q.GossipOverSyncPace), times(q.GossipOverIdeal))
+	if q.GossipOverCoRunIdeal != nil {
+		p("gossip / co-run ideal %s; ", times(q.GossipOverCoRunIdeal))
+	}
+	p("cluster samples/s gossip / sync %s (the profile's structural ratio is %.2fx", times(q.ThroughputGossipOverSync),
+		q.StructuralThroughput)
+	if q.CoRunStructuralThroughput != nil {
+		p("; on this machine, local's cluster samples/s over sync's structural pace, %s", times(q.CoRunStructuralThroughput))
+	}
+	p(").\n")
+	writeLink(b, r)
 
-	writeConsensus(&b, r)
+	writeConsensus(b, r)
 
-	p("\n## Bars\n\n| claim | want | measured | pass |\n|---|---|---|---|\n")
+	p("\n%s Bars\n\n| claim | want | measured | pass |\n|---|---|---|---|\n", h)
 	for _, bar := range r.Bars {
 		verdict := "no"
 		if bar.Pass {
@@ -169,19 +272,50 @@ func WriteReport(w io.Writer, r *Results) error {
 		p("| %s%s | %s | %s | %s |\n", bar.Name, note, bar.Want, num(bar.Measured, "%.3f"), verdict)
 	}
 
-	p("\n## Runs\n\n")
-	writeRunTable(&b, r.Runs)
+	p("\n%s Runs\n\n", h)
+	writeRunTable(b, r.Runs)
 	if len(r.Tuning) > 0 {
-		p("\n## Runs on the tuning seed (%d): W and the learning rates\n\n", st.TuneSeed)
-		writeRunTable(&b, r.Tuning)
+		p("\n%s Runs on the tuning seed (%d): W and the learning rates\n\n", h, st.TuneSeed)
+		writeRunTable(b, r.Tuning)
 	}
-	p("\n## Plots\n\n![accuracy vs wall time](%s)\n\n![busy fraction per node](%s)\n\n![time to target](%s)\n",
-		AccuracyPlot, BusyPlot, TimePlot)
+	p("\n%s Plots\n\n![accuracy vs wall time](%s)\n\n![busy fraction per node](%s)\n\n![time to target](%s)\n",
+		h, plotFile(br, r, AccuracyPlot), plotFile(br, r, BusyPlot), plotFile(br, r, TimePlot))
 	if hasConsensus(r) {
-		p("\n![consensus distance vs wall time](%s)\n", ConsensusPlot)
+		p("\n![consensus distance vs wall time](%s)\n", plotFile(br, r, ConsensusPlot))
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+}
+
+// writeLink is the report's line on what an emulated WAN carried: each
+// mode's wire bytes per sample, the drops and losses, and how closely the
+// relay kept the model's schedule (nothing on loopback).
+func writeLink(b *strings.Builder, r *Results) {
+	var parts []string
+	var drops, lost uint64
+	strangers := 0
+	lateMax, lateMeans := 0.0, []float64{}
+	for _, mode := range r.Settings.Modes {
+		if s := r.Summary[mode]; s != nil && s.WireBytesSentPerSample != nil {
+			parts = append(parts, fmt.Sprintf("%s %s", mode, fmtBytes(*s.WireBytesSentPerSample)))
+		}
+	}
+	for _, run := range append(slices.Clone(r.Tuning), r.Runs...) {
+		if l := run.Link; l != nil && run.Error == "" {
+			for i := range l.QueueDrops {
+				drops += l.QueueDrops[i]
+				lost += l.Lost[i]
+			}
+			strangers += l.Strangers
+			lateMax = max(lateMax, l.LateMaxS)
+			lateMeans = append(lateMeans, l.LateMeanS)
+		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nOn the emulated WAN: wire bytes sent per sample (median over seeds; every byte the nodes put on the network) %s. "+
+		"Over every run: %d packets dropped at full queues, %d lost at random, %d senders that were no node (want 0); "+
+		"the relay handed packets over late by %.2f ms on average (median over runs) and %.1f ms at worst.\n",
+		strings.Join(parts, ", "), drops, lost, strangers, 1000*Median(lateMeans), 1000*lateMax)
 }
 
 // hasConsensus tells whether any report run recorded its consensus
@@ -239,8 +373,8 @@ func writeConsensus(b *strings.Builder, r *Results) {
 }
 
 func writeRunTable(b *strings.Builder, runs []Run) {
-	fmt.Fprintf(b, "| mode | seed | flags beyond the harness's | end | wall s | all nodes | first node | samples to target | ideal | accuracy at fixed wall | run clock there | samples/s | efficiency | busy per node | merges per node | network wait s per node | load |\n")
-	fmt.Fprintf(b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "| mode | seed | flags beyond the harness's | end | wall s | all nodes | first node | samples to target | ideal | accuracy at fixed wall | run clock there | samples/s | efficiency | busy per node | merges per node | network wait s per node | bytes sent per sample (per node) | wire bytes per sample | load |\n")
+	fmt.Fprintf(b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, run := range runs {
 		if run.Error != "" {
 			fmt.Fprintf(b, "| %s | %d | %s | failed: %s |\n", run.Mode, run.Seed, code(run.Flags), strings.ReplaceAll(run.Error, "|", "/"))
@@ -254,11 +388,15 @@ func writeRunTable(b *strings.Builder, runs []Run) {
 		for i, w := range run.NetworkWaitS {
 			waits[i] = fmt.Sprintf("%.1f", w)
 		}
-		fmt.Fprintf(b, "| %s | %d | %s | %s | %.2f | %s | %s | %s | %s | %.2f%% at %.2f s | %.0f | %.0f | %.3f | %s | %s | %s | %.1f |\n",
+		wire := "-"
+		if run.Link != nil {
+			wire = fmtBytes(run.Link.WireBytesSentPerSample)
+		}
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %.2f | %s | %s | %s | %s | %.2f%% at %.2f s | %.0f | %.0f | %.3f | %s | %s | %s | %s | %s | %.1f |\n",
 			run.Mode, run.Seed, code(run.Flags), run.End, run.WallS, secs(run.TimeToTargetS), secs(run.FirstNodeTimeS),
 			num(run.SamplesToTarget, "%.0f"), secs(run.IdealTimeS), 100*run.FinalAccuracyMean, run.FixedWallS,
 			run.RunClockAtFixedWall, run.SamplesPerS, run.Efficiency, fracs(run.BusyFraction), strings.Join(merges, " / "),
-			strings.Join(waits, " / "), run.LoadAvg)
+			strings.Join(waits, " / "), perSample(&run.ClusterBytesSentPerSample, run.BytesSentPerSample), wire, run.LoadAvg)
 	}
 }
 
@@ -266,13 +404,18 @@ func writeRunTable(b *strings.Builder, runs []Run) {
 // terms: the gossip settings, how W was measured and how sync was tuned
 // and budgeted, the flags each mode's nodes differ from a node's defaults
 // by, and the harness's flags.
-func writeMethod(b *strings.Builder, r *Results) {
+func writeMethod(b *strings.Builder, r *Results, level int) {
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	st := r.Settings
 	diff := st.DiffersFromDefaults
-	p("\n\n## Method\n\n")
-	p("Every mode runs on the same local swarm of `meshtrain node` processes (loopback, the `local` profile), " +
-		"one run after another; within a seed the modes alternate, so a change in the machine's load falls on every mode alike.\n\n")
+	h := strings.Repeat("#", level)
+	p("\n%s Method\n\n", h)
+	where := "loopback"
+	if r.Network.Name != NetLoopback {
+		where = "an emulated WAN, " + r.Network.Name
+	}
+	p("Every mode runs on the same local swarm of `meshtrain node` processes (the `local` profile) on %s, "+
+		"one run after another; within a seed the modes alternate, so a change in the machine's load falls on every mode alike.\n\n", where)
 	// Gossip is described by its run on the tuning seed that W is the wall
 	// time of: it runs even when gossip is not among the modes reported.
 	lr, sched, epochs := modeValue(r.LR, ModeGossip, st.LR), modeValue(r.Schedule, ModeGossip, st.Schedule),
@@ -345,27 +488,33 @@ func writeMethod(b *strings.Builder, r *Results) {
 	p("- Accuracy at equal wall time is every mode's at W; a node that ended its run holds its final model from then on. "+
 		"Every run is capped at %.0f s; a run that hits the cap is marked `capped`, not failed.\n", st.CapS)
 
-	p("\n### Settings that differ from a node's defaults\n\n")
+	p("\n%s# Settings that differ from a node's defaults\n\n", h)
 	p("Every flag a mode's report runs give their nodes beyond the harness's own (below), compared with `meshtrain node`'s defaults:\n\n")
 	p("| mode | differs from a node's defaults by |\n|---|---|\n")
 	for _, mode := range st.Modes {
 		p("| %s | %s |\n", mode, code(diff[mode]))
 	}
 	if len(st.Harness) > 0 {
-		p("\n### Harness settings every node gets\n\n| flag | why |\n|---|---|\n")
+		p("\n%s# Harness settings every node gets\n\n| flag | why |\n|---|---|\n", h)
 		for _, h := range st.Harness {
 			p("| `%s` | %s |\n", h.Flag, h.Why)
 		}
 	}
 }
 
-// WriteSummary prints each mode's medians, the ratios and the bars as a
-// table, for the end of `meshtrain bench`.
-func WriteSummary(w io.Writer, r *Results) {
+// WriteSummary prints, network by network, each mode's medians, the
+// ratios and the bars as a table, for the end of `meshtrain bench`.
+func WriteSummary(w io.Writer, br *BenchResults) {
+	for _, r := range br.Networks {
+		writeNetworkSummary(w, r)
+	}
+}
+
+func writeNetworkSummary(w io.Writer, r *Results) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "W (gossip's wall time on seed %d) = %.2f s; accuracy at equal wall time is read there\n",
-		r.Settings.WSeed, r.Settings.FixedWallS)
-	fmt.Fprintln(tw, "MODE\tLR\tEPOCHS\tTIME TO TARGET\tFIRST NODE\tSAMPLES TO TARGET\tACC AT W\tWALL\tSAMPLES/S\tEFFICIENCY\tMIN BUSY\tDIFFERS FROM NODE DEFAULTS")
+	fmt.Fprintf(w, "on %s: W (gossip's wall time on seed %d) = %.2f s; accuracy at equal wall time is read there\n",
+		r.Network.Name, r.Settings.WSeed, r.Settings.FixedWallS)
+	fmt.Fprintln(tw, "MODE\tLR\tEPOCHS\tTIME TO TARGET\tFIRST NODE\tSAMPLES TO TARGET\tBYTES/SAMPLE\tACC AT W\tWALL\tSAMPLES/S\tEFFICIENCY\tMIN BUSY\tDIFFERS FROM NODE DEFAULTS")
 	for _, mode := range r.Settings.Modes {
 		s := r.Summary[mode]
 		if s == nil {
@@ -375,8 +524,9 @@ func WriteSummary(w io.Writer, r *Results) {
 		if diff == "" {
 			diff = "none"
 		}
-		fmt.Fprintf(tw, "%s\t%g\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mode, r.LR[mode], r.Epochs[mode],
-			secs(s.TimeToTargetS), secs(s.FirstNodeTimeS), num(s.SamplesToTarget, "%.0f"), pct(s.FinalAccuracy), secs(s.WallS),
+		fmt.Fprintf(tw, "%s\t%g\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mode, r.LR[mode], r.Epochs[mode],
+			secs(s.TimeToTargetS), secs(s.FirstNodeTimeS), num(s.SamplesToTarget, "%.0f"), optBytes(s.BytesSentPerSample),
+			pct(s.FinalAccuracy), secs(s.WallS),
 			num(s.SamplesPerS, "%.0f"), num(s.Efficiency, "%.3f"), num(s.MinBusyFraction, "%.3f"), diff)
 	}
 	tw.Flush()

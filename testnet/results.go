@@ -1,6 +1,7 @@
 package testnet
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,7 +18,14 @@ import (
 // /2: runs end by themselves (gossip at the node's defaults); the fixed
 // wall time is gossip's wall time W on the tuning seed, not a set run
 // length; sync is budgeted to W; wall_s is until the last node exited.
-const ResultsSchema = "meshtrain-bench/2"
+// /3: one complete benchmark per network (--net), under "networks"; the
+// command and machine are the whole benchmark's, and every network has
+// the same base step. ReadResults still reads /2 (a benchmark on
+// loopback).
+const ResultsSchema = "meshtrain-bench/3"
+
+// resultsSchema2 is the layout before networks.
+const resultsSchema2 = "meshtrain-bench/2"
 
 // The modes a benchmark compares. gossip-const is gossip with --staleness
 // const (plain AD-PSGD-style averaging).
@@ -31,15 +39,30 @@ const (
 // AllModes is every mode, in report order.
 var AllModes = []string{ModeGossip, ModeGossipConst, ModeSync, ModeLocal}
 
-// Results is results.json: everything a benchmark measured, enough to
-// rebuild the report and the plots. Seconds are _s, sizes bytes; a figure
-// that could not be measured (a target never reached) is null.
-type Results struct {
+// BenchResults is results.json: the whole benchmark, every network's
+// results side by side, in the order the networks were given.
+type BenchResults struct {
 	Schema   string    `json:"schema"`
 	Command  string    `json:"command"`
 	Started  time.Time `json:"started"`
 	RunTimeS float64   `json:"run_time_s"`
 	Machine  Machine   `json:"machine"`
+	// Networks holds one complete benchmark per network (its own W,
+	// tuning and report runs).
+	Networks []*Results `json:"networks"`
+}
+
+// Results is everything a benchmark measured on one network, enough to
+// rebuild its part of the report and its plots. Seconds are _s, sizes
+// bytes; a figure that could not be measured (a target never reached) is
+// null.
+type Results struct {
+	// Network is what the nodes talked over, and how it was emulated.
+	Network NetworkInfo `json:"network"`
+	// Started and RunTimeS: when this network's runs began, and how long
+	// they took.
+	Started  time.Time `json:"started"`
+	RunTimeS float64   `json:"run_time_s"`
 	Settings Settings  `json:"settings"`
 
 	// BaseStepS is the base step time every node's --slowdown multiplies.
@@ -63,6 +86,30 @@ type Results struct {
 	Summary map[string]*ModeSummary `json:"summary"`
 	Ratios  Ratios                  `json:"ratios"`
 	Bars    []Bar                   `json:"bars"`
+}
+
+// NetworkInfo names a benchmark's network and says how it was made.
+type NetworkInfo struct {
+	// Name is the --net value in canonical form (ParseNet, Net.String):
+	// "loopback" or "wan:RTT,RATE[,LOSS]".
+	Name string `json:"name"`
+	// For a WAN: the round-trip time, each node's uplink and downlink
+	// rate, the loss per packet and direction, and each link's queue.
+	RTTS       float64 `json:"rtt_s,omitempty"`
+	RateBits   float64 `json:"rate_bits_per_s,omitempty"`
+	Loss       float64 `json:"loss,omitempty"`
+	QueueBytes int     `json:"queue_bytes,omitempty"`
+	// Emulation says in words what was emulated and how.
+	Emulation string `json:"emulation"`
+}
+
+// networkInfo describes n for the results.
+func networkInfo(n Net) NetworkInfo {
+	info := NetworkInfo{Name: n.String(), Emulation: n.Describe()}
+	if n.Kind == NetWAN {
+		info.RTTS, info.RateBits, info.Loss, info.QueueBytes = n.WAN.RTT.Seconds(), n.WAN.Rate, n.WAN.Loss, n.WAN.QueueBytes()
+	}
+	return info
 }
 
 // Machine is where the benchmark ran.
@@ -189,6 +236,11 @@ type Run struct {
 	AverageSamplesToTarget *float64 `json:"average_samples_to_target,omitempty"`
 	// IdealTimeS: this seed's sync samples to target / sum of solo rates.
 	IdealTimeS *float64 `json:"ideal_time_to_target_s"`
+	// CoRunIdealTimeS: this seed's sync samples to target / the cluster
+	// samples/s local mode measured on this seed and network: what the
+	// machine really delivers with no communication at all. Absent without
+	// a local run (and in results from before it was computed).
+	CoRunIdealTimeS *float64 `json:"co_run_ideal_time_to_target_s,omitempty"`
 	// SyncPaceTimeS: this seed's sync samples to target at sync's own
 	// structural pace (every node at the slowest one's rate, no
 	// communication cost): what a perfect synchronous implementation takes.
@@ -209,7 +261,16 @@ type Run struct {
 	BytesSent           []uint64  `json:"bytes_sent"`
 	Merges              []int64   `json:"merges"`
 	NetworkWaitS        []float64 `json:"network_wait_s"`
-	Traces              []Trace   `json:"traces"`
+	// BytesSentPerSample is each node's parameter bytes sent over the
+	// samples it processed, both counted until it exited (0 for a node
+	// that processed none); ClusterBytesSentPerSample every node's bytes
+	// over every node's samples: what a sample of training costs in
+	// traffic, whatever the mode.
+	BytesSentPerSample        []float64 `json:"bytes_sent_per_sample"`
+	ClusterBytesSentPerSample float64   `json:"cluster_bytes_sent_per_sample"`
+	// Link is what the emulated WAN carried (absent on loopback).
+	Link   *RunLink `json:"link,omitempty"`
+	Traces []Trace  `json:"traces"`
 	// Consensus is the nodes' consensus distance over time (see
 	// ConsensusPoint), at every snapshot instant from the first at which
 	// every node had a snapshot; absent in results from before it was
@@ -222,6 +283,44 @@ type Run struct {
 	// above the core count, something besides the swarm competed for CPU.
 	LoadAvg float64 `json:"load_avg"`
 	Error   string  `json:"error,omitempty"`
+}
+
+// RunLink is what the emulated WAN carried in a run, per node, and how
+// closely its relay kept the model's schedule (WANStats).
+type RunLink struct {
+	// WireBytesSent and WireBytesReceived: every UDP payload byte a node
+	// put on the network or got from it (QUIC's headers and every
+	// protocol's traffic: DHT, pubsub, identify, models).
+	WireBytesSent     []uint64 `json:"wire_bytes_sent"`
+	WireBytesReceived []uint64 `json:"wire_bytes_received"`
+	// QueueDrops: packets dropped at the node's full uplink or downlink
+	// queue; Lost: packets it sent that the random loss took.
+	QueueDrops []uint64 `json:"queue_drops"`
+	Lost       []uint64 `json:"lost"`
+	// WireBytesSentPerSample: every node's wire bytes over every node's
+	// samples.
+	WireBytesSentPerSample float64 `json:"wire_bytes_sent_per_sample"`
+	// Strangers counts senders that were no node's listen address (0:
+	// every packet was a node's).
+	Strangers int `json:"strangers"`
+	// LateMaxS and LateMeanS: how far behind the model's schedule the
+	// relay delivered, at worst and on average.
+	LateMaxS  float64 `json:"late_max_s"`
+	LateMeanS float64 `json:"late_mean_s"`
+}
+
+// runLink takes a run's figures from its WAN's stats: the first nodes
+// endpoints are the nodes, in order (testnet.Up joins them so).
+func runLink(s WANStats, nodes int) *RunLink {
+	l := &RunLink{WireBytesSent: make([]uint64, nodes), WireBytesReceived: make([]uint64, nodes),
+		QueueDrops: make([]uint64, nodes), Lost: make([]uint64, nodes), Strangers: s.Strangers, LateMaxS: s.LateMaxS,
+		LateMeanS: s.LateMeanS}
+	for i := range min(nodes, len(s.Endpoints)) {
+		e := s.Endpoints[i]
+		l.WireBytesSent[i], l.WireBytesReceived[i] = e.SentBytes, e.RecvBytes
+		l.QueueDrops[i], l.Lost[i] = e.UplinkDrops+e.DownlinkDrops, e.Lost
+	}
+	return l
 }
 
 // ModeSummary holds a mode's medians over the report seeds.
@@ -243,6 +342,14 @@ type ModeSummary struct {
 	BytesSentPerNode  []float64 `json:"bytes_sent"`
 	IdealTimeToTarget *float64  `json:"ideal_time_to_target_s,omitempty"`
 	SyncPaceTimeS     *float64  `json:"sync_pace_time_to_target_s,omitempty"`
+	CoRunIdealTimeS   *float64  `json:"co_run_ideal_time_to_target_s,omitempty"`
+	// BytesSentPerSample: the median of the runs' cluster parameter bytes
+	// per sample; per node, the median of each node's.
+	BytesSentPerSample        *float64  `json:"bytes_sent_per_sample"`
+	BytesSentPerSamplePerNode []float64 `json:"bytes_sent_per_sample_per_node"`
+	// WireBytesSentPerSample (on a WAN): the median of the runs' wire
+	// bytes per sample.
+	WireBytesSentPerSample *float64 `json:"wire_bytes_sent_per_sample,omitempty"`
 }
 
 // Ratios are the headline comparisons, medians over seeds.
@@ -251,6 +358,9 @@ type Ratios struct {
 	GossipOverSync *float64 `json:"gossip_over_sync"`
 	// GossipOverIdeal: gossip's median time to target / the median ideal.
 	GossipOverIdeal *float64 `json:"gossip_over_ideal"`
+	// GossipOverCoRunIdeal: gossip's median time to target / the median
+	// co-run ideal (absent without local runs).
+	GossipOverCoRunIdeal *float64 `json:"gossip_over_co_run_ideal,omitempty"`
 	// GossipOverSyncPace: gossip's median time to target / the median
 	// time a perfect synchronous implementation would take (sync's samples
 	// to target at nodes x the slowest node's rate).
@@ -260,6 +370,12 @@ type Ratios struct {
 	// StructuralThroughput is the profile's own ratio: sum of solo rates /
 	// (nodes x the slowest node's rate).
 	StructuralThroughput float64 `json:"structural_throughput"`
+	// CoRunStructuralThroughput is the same on this machine: the cluster
+	// samples/s local mode measured (every node at its own pace, sharing
+	// the cores, no communication) / (nodes x the slowest solo rate), the
+	// most gossip can get over a sync with free communication here.
+	// Absent without local runs.
+	CoRunStructuralThroughput *float64 `json:"co_run_structural_throughput,omitempty"`
 	// PerSeed are gossip/sync and gossip/ideal seed by seed.
 	PerSeedGossipOverSync  []*float64 `json:"per_seed_gossip_over_sync"`
 	PerSeedGossipOverIdeal []*float64 `json:"per_seed_gossip_over_ideal"`
@@ -291,7 +407,7 @@ func val(p *float64) float64 {
 }
 
 // WriteResults writes r as indented JSON.
-func WriteResults(w io.Writer, r *Results) error {
+func WriteResults(w io.Writer, r *BenchResults) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(r); err != nil {
@@ -300,12 +416,47 @@ func WriteResults(w io.Writer, r *Results) error {
 	return nil
 }
 
-// ReadResults reads and validates results.json.
-func ReadResults(r io.Reader) (*Results, error) {
-	dec := json.NewDecoder(r)
+// resultsV2 is results.json before networks: one benchmark, on loopback.
+type resultsV2 struct {
+	Schema  string  `json:"schema"`
+	Command string  `json:"command"`
+	Machine Machine `json:"machine"`
+	Results
+}
+
+// ReadResults reads and validates results.json, of this schema or of
+// /2 (whose figures added since are computed from its traces).
+func ReadResults(r io.Reader) (*BenchResults, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: results: %w", ErrBench, err)
+	}
+	var head struct {
+		Schema string `json:"schema"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return nil, fmt.Errorf("%w: results: %w", ErrBench, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	var res Results
-	if err := dec.Decode(&res); err != nil {
+	var res BenchResults
+	if head.Schema == resultsSchema2 {
+		var old resultsV2
+		if err := dec.Decode(&old); err != nil {
+			return nil, fmt.Errorf("%w: results: %w", ErrBench, err)
+		}
+		res = BenchResults{Schema: ResultsSchema, Command: old.Command, Started: old.Started, RunTimeS: old.RunTimeS,
+			Machine: old.Machine, Networks: []*Results{&old.Results}}
+		old.Network = networkInfo(Loopback)
+		for _, runs := range [][]Run{old.Tuning, old.Runs} {
+			for i := range runs {
+				if runs[i].Error == "" {
+					runCosts(&runs[i])
+				}
+			}
+		}
+		summarize(&old.Results)
+	} else if err := dec.Decode(&res); err != nil {
 		return nil, fmt.Errorf("%w: results: %w", ErrBench, err)
 	}
 	if err := res.Validate(); err != nil {
@@ -315,7 +466,7 @@ func ReadResults(r io.Reader) (*Results, error) {
 }
 
 // ReadResultsFile is ReadResults on a file.
-func ReadResultsFile(path string) (*Results, error) {
+func ReadResultsFile(path string) (*BenchResults, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBench, err)
@@ -327,16 +478,44 @@ func ReadResultsFile(path string) (*Results, error) {
 // ErrBadResults is wrapped by Validate errors.
 var ErrBadResults = errors.New("testnet: bad bench results")
 
-// Validate checks that results are well-formed: the schema, one run per
-// mode and seed with one entry per node in every per-node field, and sane
-// numbers. It reports every problem at once.
+// Validate checks the whole benchmark: the schema, at least one network,
+// no network twice, and every network's results (Results.Validate). It
+// reports every problem at once.
+func (r *BenchResults) Validate() error {
+	var errs []error
+	if r.Schema != ResultsSchema {
+		errs = append(errs, fmt.Errorf("%w: schema %q, want %q", ErrBadResults, r.Schema, ResultsSchema))
+	}
+	if len(r.Networks) == 0 {
+		errs = append(errs, fmt.Errorf("%w: no networks", ErrBadResults))
+	}
+	seen := map[string]bool{}
+	for i, n := range r.Networks {
+		if n == nil {
+			errs = append(errs, fmt.Errorf("%w: network %d is null", ErrBadResults, i))
+			continue
+		}
+		if seen[n.Network.Name] {
+			errs = append(errs, fmt.Errorf("%w: network %s twice", ErrBadResults, n.Network.Name))
+		}
+		seen[n.Network.Name] = true
+		if err := n.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("network %s: %w", n.Network.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks that one network's results are well-formed: the
+// network, one run per mode and seed with one entry per node in every
+// per-node field, and sane numbers. It reports every problem at once.
 func (r *Results) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrBadResults}, a...)...))
 	}
-	if r.Schema != ResultsSchema {
-		bad("schema %q, want %q", r.Schema, ResultsSchema)
+	if net, err := ParseNet(r.Network.Name); err != nil || net.String() != r.Network.Name {
+		bad("network %q: want loopback or wan:RTT,RATE[,LOSS] in canonical form", r.Network.Name)
 	}
 	n := r.Settings.Nodes
 	if n < 1 || len(r.Settings.Slowdowns) != n {
@@ -417,6 +596,14 @@ func (r *Results) Validate() error {
 		}
 		if err := validateConsensus(run.Consensus); err != nil {
 			errs = append(errs, fmt.Errorf("%w: run %d (%s seed %d): %w", ErrBadResults, i, run.Mode, run.Seed, err))
+		}
+		if len(run.BytesSentPerSample) != n || !(run.ClusterBytesSentPerSample >= 0) {
+			bad("run %d (%s seed %d): %d bytes per sample for %d nodes, cluster %v", i, run.Mode, run.Seed,
+				len(run.BytesSentPerSample), n, run.ClusterBytesSentPerSample)
+		}
+		if l := run.Link; l != nil && (len(l.WireBytesSent) != n || len(l.WireBytesReceived) != n || len(l.QueueDrops) != n ||
+			len(l.Lost) != n) {
+			bad("run %d (%s seed %d): link figures do not have %d entries", i, run.Mode, run.Seed, n)
 		}
 		if (run.TimeToTargetS == nil) != (run.SamplesToTarget == nil) {
 			bad("run %d (%s seed %d): time and samples to target disagree on whether it was reached", i, run.Mode, run.Seed)

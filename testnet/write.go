@@ -18,8 +18,9 @@ const (
 	ConsensusPlot = "consensus.png"
 )
 
-// WriteAll writes results.json, report.md and the plots to dir.
-func WriteAll(dir string, r *Results) error {
+// WriteAll writes results.json, report.md and the plots to dir: each
+// network's plots, named as plotFile says.
+func WriteAll(dir string, r *BenchResults) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("%w: %w", ErrBench, err)
 	}
@@ -45,5 +46,24 @@ func WriteAll(dir string, r *Results) error {
 	if err := rf.Close(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBench, err)
 	}
-	return WritePlots(dir, r)
+	for _, n := range r.Networks {
+		if err := WritePlots(dir, n, func(name string) string { return plotFile(r, n, name) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// plotFile is the file name of network r's plot called name: name itself
+// when the benchmark ran on one network, else prefixed by the network's
+// slug (wan-40ms-100mbit-accuracy.png).
+func plotFile(br *BenchResults, r *Results, name string) string {
+	if len(br.Networks) <= 1 {
+		return name
+	}
+	n, err := ParseNet(r.Network.Name)
+	if err != nil {
+		return r.Network.Name + "-" + name
+	}
+	return n.Slug() + "-" + name
 }

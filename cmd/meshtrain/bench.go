@@ -30,8 +30,13 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		testnet.WriteSummary(e.stdout, res)
 		return exitOK
 	}
-	fmt.Fprintf(e.stdout, "benchmark: %d nodes at %s, target %.1f%%, %d seed(s), modes %s, gossip %g epochs (cap %v per run); writing to %s\n",
-		cfg.Nodes, joinFloats(cfg.Slowdowns), 100*cfg.Target, cfg.Seeds, strings.Join(cfg.Modes, ","), cfg.Epochs, cfg.Cap, cfg.Out)
+	names := make([]string, len(cfg.Networks))
+	for i, n := range cfg.Networks {
+		names[i] = n.String()
+	}
+	fmt.Fprintf(e.stdout, "benchmark: %d nodes at %s, target %.1f%%, %d seed(s), modes %s, gossip %g epochs (cap %v per run), on %s; writing to %s\n",
+		cfg.Nodes, joinFloats(cfg.Slowdowns), 100*cfg.Target, cfg.Seeds, strings.Join(cfg.Modes, ","), cfg.Epochs, cfg.Cap,
+		strings.Join(names, " then "), cfg.Out)
 	for _, m := range cfg.Modes {
 		if m == testnet.ModeSync {
 			continue // its rate and run length come from its tuning runs
@@ -76,6 +81,9 @@ func benchConfig(e *env, args []string) (cfg testnet.BenchConfig, render string,
 		"length of gossip's run (and gossip-const's and local's) in passes over the training set on the run clock; every node ends it by itself")
 	schedule := fs.String("schedule", d.Schedule, "LR schedule over every run that ends by itself (sync's report runs too)")
 	modes := fs.String("modes", strings.Join(d.Modes, ","), "modes to compare: gossip, gossip-const, sync, local")
+	var nets listFlag
+	fs.Var(&nets, "net", "network between the nodes: loopback (default), or wan:RTT,RATE[,LOSS] (e.g. wan:40ms,100mbit,0.1%), "+
+		"emulated in user space; repeat it to run the whole benchmark on each network in turn")
 	tune := fs.String("tune", "", "modes besides sync whose learning rate is tuned on --lr-grid, e.g. gossip (to choose the node's default)")
 	lrGrid := fs.String("lr-grid", joinFloats(d.LRGrid), "learning rates tried for the modes in --tune")
 	syncGrid := fs.String("sync-lr-grid", joinFloats(d.SyncLRGrid), "learning rates tried for sync (its batch is nodes x batch)")
@@ -129,6 +137,17 @@ func benchConfig(e *env, args []string) (cfg testnet.BenchConfig, render string,
 	cfg.TuneSeed, cfg.Dataset, cfg.DataPath, cfg.NonIID = *tuneSeed, *dataset, *dataPath, *nonIID
 	cfg.Model, cfg.Batch, cfg.Schedule = *model, *batch, *schedule
 	cfg.Modes, cfg.Tune = splitList(*modes), splitList(*tune)
+	if len(nets) > 0 {
+		cfg.Networks = nil
+		for _, s := range nets {
+			n, err := testnet.ParseNet(s)
+			if err != nil {
+				fail(err)
+				continue
+			}
+			cfg.Networks = append(cfg.Networks, n)
+		}
+	}
 	var err error
 	if cfg.LRGrid, err = parseFloats("--lr-grid", *lrGrid); err != nil {
 		fail(err)

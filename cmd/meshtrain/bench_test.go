@@ -34,6 +34,10 @@ func TestBenchBadFlagsAreOneLineAndExitTwo(t *testing.T) {
 		{"bench", "--model", "mlp:x"},
 		{"bench", "--threads", "0"},
 		{"bench", "--quick", "--target", "0"},
+		{"bench", "--net", "lan"},
+		{"bench", "--net", "wan:40ms"},
+		{"bench", "--net", "wan:40ms,100mbps"},
+		{"bench", "--net", "loopback", "--net", "loopback"},
 		{"bench", "--bogus"},
 		{"bench", "stray"},
 	}
@@ -120,5 +124,19 @@ func TestBenchFlagsDefaultToTheNodes(t *testing.T) {
 	}
 	if got := tuned.ModeFlags(testnet.ModeLocal); !slices.Equal(got, []string{"--mode local", "--holdout 500"}) {
 		t.Errorf("local with node flags after --: %q", got)
+	}
+}
+
+func TestBenchNetDefaultsToLoopbackAndRepeats(t *testing.T) {
+	if cfg := benchFlags(t); len(cfg.Networks) != 1 || cfg.Networks[0] != testnet.Loopback {
+		t.Errorf("default networks %v, want loopback only", cfg.Networks)
+	}
+	cfg := benchFlags(t, "--quick", "--net", "wan:40ms,100mbit", "--net", "loopback")
+	var got []string
+	for _, n := range cfg.Networks {
+		got = append(got, n.String())
+	}
+	if !slices.Equal(got, []string{"wan:40ms,100mbit", "loopback"}) {
+		t.Errorf("networks %q, want the WAN then loopback, in the order given", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,12 +18,11 @@ import (
 )
 
 // TestBenchQuick runs `meshtrain bench --quick` (every mode, one seed, no
-// tuning, a minute or two on two cores) and checks what CI relies on:
-// results.json is well-formed; gossip ran with the node's defaults but its
-// short run, and every gossip-like run ended by itself; sync ran until
-// gossip's wall time W; and gossip's cluster throughput is at least twice
-// sync's (the 2,2,4,8 profile's structural ratio is 2.75; sync steps at
-// the slowest node's pace).
+// tuning, a minute or two on two cores, on loopback) and checks what CI
+// relies on: results.json is well-formed; gossip ran with the node's
+// defaults but its short run, and every gossip-like run ended by itself;
+// sync ran until gossip's wall time W; and the throughputs keep to the
+// profile's structure (see below).
 func TestBenchQuick(t *testing.T) {
 	out := t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
@@ -34,10 +34,14 @@ func TestBenchQuick(t *testing.T) {
 		t.Fatalf("meshtrain bench --quick: %v\n%s", err, log.String())
 	}
 	t.Logf("meshtrain bench --quick:\n%s", log.String())
-	res, err := testnet.ReadResultsFile(filepath.Join(out, testnet.ResultsFile))
+	br, err := testnet.ReadResultsFile(filepath.Join(out, testnet.ResultsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(br.Networks) != 1 || br.Networks[0].Network.Name != testnet.NetLoopback {
+		t.Fatalf("networks %d, want loopback alone by default", len(br.Networks))
+	}
+	res := br.Networks[0]
 	if !res.Settings.Quick || len(res.Runs) != len(testnet.AllModes) || len(res.Tuning) != 0 {
 		t.Fatalf("quick run with %d runs and %d tuning runs, want one per mode (%d) and none", len(res.Runs),
 			len(res.Tuning), len(testnet.AllModes))
@@ -75,10 +79,43 @@ func TestBenchQuick(t *testing.T) {
 	if g == nil || s == nil || g.SamplesPerS == nil || s.SamplesPerS == nil {
 		t.Fatalf("no throughput for gossip or sync: %+v %+v", g, s)
 	}
-	if ratio := *g.SamplesPerS / *s.SamplesPerS; ratio < 2 {
-		t.Errorf("gossip %.0f samples/s is %.2fx sync's %.0f, want >= 2x (structural %.2fx)",
-			*g.SamplesPerS, ratio, *s.SamplesPerS, res.Ratios.StructuralThroughput)
+	// The bars come from the profile's structure, not from how slow
+	// today's sync is. Gossip's nodes step at their own pace: the swarm's
+	// ceiling is the sum of the solo rates r_i. A synchronous step waits
+	// for the slowest node: sync's ceiling, even with free communication,
+	// is n x min r_i. Their ratio is the structural ratio
+	// S = sum(1/s_i) / (n / max s_i) for slowdowns s_i:
+	// (1/2+1/2+1/4+1/8) / (4/8) = 2.75 at 2,2,4,8. On these 2 shared cores
+	// the four nodes together get only about 0.45 of their solo rates,
+	// with or without communication (local measures it: the co-run
+	// ceiling), while a sync node mostly waits and needs little CPU, so
+	// against a sync at its ceiling (a DDP-grade all-reduce) gossip's lead
+	// is local's rate / (n x min r_i), about 1.2x here, not 2.75x; a fixed
+	// 2x bar assumed a slow sync. So:
+	//
+	// 1. Sync is no faster than its structural pace (else it does not
+	// wait for the slowest node, or the slowdowns are not applied); 10%
+	// for the snapshot instants' resolution.
+	solo := res.SoloSamplesPerS
+	syncPace := float64(len(solo)) * slices.Min(solo)
+	if *s.SamplesPerS > 1.1*syncPace {
+		t.Errorf("sync %.0f samples/s, above its structural pace %.0f (nodes x the slowest solo rate)", *s.SamplesPerS, syncPace)
 	}
+	// 2. Gossip gets at least half of the co-run ceiling: its merges cost
+	// some CPU and the machine's load varies between runs, but a gossip
+	// whose nodes wait for their peers falls far below.
+	l := res.Summary[testnet.ModeLocal]
+	if l == nil || l.SamplesPerS == nil {
+		t.Fatalf("no throughput for local: %+v", l)
+	}
+	if *g.SamplesPerS < 0.5**l.SamplesPerS {
+		t.Errorf("gossip %.0f samples/s, below half of local's %.0f (the machine's co-run ceiling)", *g.SamplesPerS, *l.SamplesPerS)
+	}
+	// Together they bound gossip / sync from below by 0.5 x (local's rate
+	// / sync's structural pace) / 1.1, whatever sync's implementation.
+	t.Logf("cluster samples/s: gossip %.0f, local %.0f, sync %.0f (structural pace %.0f): gossip/sync %.2fx, structural %.2fx, "+
+		"co-run %.2fx", *g.SamplesPerS, *l.SamplesPerS, *s.SamplesPerS, syncPace, *g.SamplesPerS / *s.SamplesPerS,
+		res.Ratios.StructuralThroughput, *l.SamplesPerS/syncPace)
 	for _, r := range res.Runs {
 		if r.Mode == testnet.ModeGossip && len(r.Consensus) == 0 {
 			t.Errorf("gossip seed %d: no consensus distance recorded", r.Seed)

@@ -36,8 +36,10 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	profile := fs.String("profile", string(d.Host.Profile),
 		"network profile: local (127.0.0.1 only, no mDNS/NAT traffic), lan (all interfaces, mDNS), public (NAT mapping, AutoNAT, relays, hole punching)")
 	network := fs.String("network", d.Train.Network, "network name: keeps meshes apart (part of the model fingerprint)")
-	var listen, bootstrap listFlag
+	var listen, announceAddrs, bootstrap listFlag
 	fs.Var(&listen, "listen", "multiaddr to listen on (repeatable; default TCP and QUIC on a free port, TCP only with --psk)")
+	fs.Var(&announceAddrs, "announce",
+		"multiaddr to tell peers in place of the listen addresses, without /p2p/ (repeatable): where a port forward or an emulated network in front of this node reaches it")
 	fs.Var(&bootstrap, "bootstrap", "multiaddr of a peer to join through, with /p2p/<peer ID> (repeatable)")
 	dhtServer := fs.Bool("dht-server", false,
 		"a bootstrap node: serve the DHT even on the public profile, and (public) count as reachable from the start: relay for peers behind NAT")
@@ -99,6 +101,9 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 		errs = append(errs, err.Error())
 	}
 	if cfg.Host.Bootstrap, err = node.ParseBootstrap(bootstrap); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if _, err = node.ParseAnnounce(announceAddrs); err != nil {
 		errs = append(errs, err.Error())
 	}
 	if cfg.Merger.Staleness, err = averaging.ParseStaleness(*staleness); err != nil {
@@ -168,7 +173,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 		// shard of their own: the one their peer ID picks.
 		cfg.Train.Shard = "auto"
 	}
-	cfg.Host.Listen, cfg.Host.DHTServer = listen, *dhtServer
+	cfg.Host.Listen, cfg.Host.Announce, cfg.Host.DHTServer = listen, announceAddrs, *dhtServer
 	cfg.Host.DiscoveryInterval, cfg.Host.RelayBootDelay = *discovery, *relayBoot
 	cfg.AvgInterval, cfg.Merger.Alpha, cfg.CatchUp, cfg.MaxUpload = *avgInterval, *alpha, *catchUp, *maxUpload
 	cfg.Trust.Enabled, cfg.Trust.Holdout = *trust, *holdout
