@@ -238,3 +238,49 @@ func BenchmarkTransfer(b *testing.B) {
 		})
 	}
 }
+
+// modelN is the built-in MNIST model's size (mlp:256,128: 235,146
+// parameters), the size every exchange of the reference swarm moves.
+const modelN = 235_146
+
+// BenchmarkExchangeModel times one exchange of the reference model as a
+// node makes it: fp16 on the wire, a fresh snapshot served at every
+// request (a node's trainer moves between two exchanges), both directions.
+// Its time per op is what the averager waits for before it can merge, the
+// latency that bounds how often a node can merge.
+func BenchmarkExchangeModel(b *testing.B) {
+	for _, transport := range []string{"tcp", "quic"} {
+		b.Run(transport, func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.Fingerprint, cfg.Elements, cfg.SendDType = testFP, modelN, FP16
+			cfg.Logger = slog.New(slog.DiscardHandler)
+			snapA, snapB := testSnapshot(modelN, 1), testSnapshot(modelN, 2)
+			var step atomic.Int64
+			serve := func(s params.Snapshot) SnapshotFunc {
+				return func() (params.Snapshot, bool) {
+					s.Step = step.Add(1)
+					return s, true
+				}
+			}
+			ha, hb := newHost(b, transport, cfg), newHost(b, transport, cfg)
+			sa, err := NewService(ha, cfg, serve(snapA))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sa.Close()
+			sb, err := NewService(hb, cfg, serve(snapB))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sb.Close()
+			connect(b, ha, hb)
+			for b.Loop() {
+				s := snapA
+				s.Step = step.Add(1)
+				if _, err := sa.Exchange(b.Context(), hb.ID(), s); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

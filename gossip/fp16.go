@@ -81,8 +81,29 @@ func FP16Value(h uint16) float32 {
 }
 
 // encodeFP16 writes src as little-endian binary16 into dst (2 bytes per
-// element) and reports whether any finite value overflowed to Inf.
+// element) and reports whether any finite value overflowed to Inf. On
+// amd64 with F16C it converts eight values per instruction (the same
+// round-to-nearest-even, bit for bit); elsewhere it is encodeFP16Go.
 func encodeFP16(dst []byte, src []float32) (overflow bool) {
+	if len(src) == 0 {
+		return false
+	}
+	_ = dst[2*len(src)-1]
+	if n := len(src) &^ 7; n > 0 && useF16C {
+		if encodeF16C(dst, src[:n]) {
+			// Some value came out as ±Inf: from Inf or from overflow; the
+			// portable loop tells which.
+			if encodeFP16Go(dst[:2*n], src[:n]) {
+				overflow = true
+			}
+		}
+		return encodeFP16Go(dst[2*n:], src[n:]) || overflow
+	}
+	return encodeFP16Go(dst, src)
+}
+
+// encodeFP16Go is encodeFP16 one element at a time, in portable Go.
+func encodeFP16Go(dst []byte, src []float32) (overflow bool) {
 	if len(src) == 0 {
 		return false
 	}
@@ -108,8 +129,23 @@ var fp16Table = sync.OnceValue(func() *[1 << 16]float32 {
 	return &t
 })
 
-// decodeFP16 widens little-endian binary16 src into dst.
+// decodeFP16 widens little-endian binary16 src into dst (with F16C on
+// amd64, eight values per instruction; every finite value is exact either
+// way, and a NaN stays a NaN).
 func decodeFP16(dst []float32, src []byte) {
+	if len(dst) == 0 {
+		return
+	}
+	_ = src[2*len(dst)-1]
+	if n := len(dst) &^ 7; n > 0 && useF16C {
+		decodeF16C(dst[:n], src[:2*n])
+		dst, src = dst[n:], src[2*n:]
+	}
+	decodeFP16Go(dst, src)
+}
+
+// decodeFP16Go is decodeFP16 by table lookup, in portable Go.
+func decodeFP16Go(dst []float32, src []byte) {
 	if len(dst) == 0 {
 		return
 	}

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -125,4 +126,83 @@ func TestEncodeFP16Overflow(t *testing.T) {
 	if encodeFP16(nil, nil) {
 		t.Error("empty input reported as overflow")
 	}
+}
+
+// The F16C path gives the portable path's bytes and overflow report, bit
+// for bit: on every fp16 value, every midpoint and its neighbours, float32
+// subnormals, values at and beyond the overflow threshold, Inf, and a
+// spread of random values, in lengths that leave a tail for the portable
+// loop.
+func TestEncodeF16CMatchesGo(t *testing.T) {
+	if !useF16C {
+		t.Skip("this CPU has no F16C: the portable path is the only one")
+	}
+	var in []float32
+	for h := range 0x7c00 {
+		v := FP16Value(uint16(h))
+		next := FP16Value(uint16(h + 1))
+		mid := (v + next) / 2
+		in = append(in, v, -v, mid, math.Nextafter32(mid, 0), math.Nextafter32(mid, 1e9))
+	}
+	in = append(in, math.Float32frombits(1), math.Float32frombits(0x7fffff), 65504, 65519.99, 65520, 65536, 1e9,
+		float32(math.Inf(1)), float32(math.Inf(-1)), -70000)
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 100_000 {
+		in = append(in, math.Float32frombits(r.Uint32()&0xff7fffff|uint32(r.IntN(2))<<31)) // no NaN: exponent < 0xff
+	}
+	for _, n := range []int{len(in), len(in) - 3, 8, 9, 15} {
+		src := in[:n]
+		want, got := make([]byte, 2*n), make([]byte, 2*n)
+		wantOver := encodeFP16Go(want, src)
+		gotOver := encodeFP16(got, src)
+		if gotOver != wantOver {
+			t.Fatalf("n=%d: overflow %v, portable path says %v", n, gotOver, wantOver)
+		}
+		if i := firstDiff(got, want); i >= 0 {
+			t.Fatalf("n=%d: value %d (%g): %#04x, portable path %#04x", n, i/2, src[i/2],
+				uint16(got[i&^1])|uint16(got[i|1])<<8, uint16(want[i&^1])|uint16(want[i|1])<<8)
+		}
+	}
+	// Overflow inside an 8-wide block, and an Inf (not an overflow) there.
+	b := make([]byte, 32)
+	if !encodeFP16(b, []float32{1, 2, 3, 70000, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}) {
+		t.Error("70000 in a block not reported as overflow")
+	}
+	if encodeFP16(b, []float32{1, 2, 3, float32(math.Inf(-1)), 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}) {
+		t.Error("an input -Inf in a block reported as overflow")
+	}
+}
+
+// Widening with F16C gives the table's float32 for every one of the 65,536
+// bit patterns (a NaN for a NaN).
+func TestDecodeF16CMatchesGo(t *testing.T) {
+	if !useF16C {
+		t.Skip("this CPU has no F16C: the portable path is the only one")
+	}
+	src := make([]byte, 2*(1<<16)+6) // three values of tail
+	for h := range 1 << 16 {
+		src[2*h], src[2*h+1] = byte(h), byte(h>>8)
+	}
+	n := len(src) / 2
+	want, got := make([]float32, n), make([]float32, n)
+	decodeFP16Go(want, src)
+	decodeFP16(got, src)
+	for i := range got {
+		w, g := want[i], got[i]
+		if w != w && g != g {
+			continue
+		}
+		if math.Float32bits(w) != math.Float32bits(g) {
+			t.Fatalf("%#04x: %g (%#08x), table %g (%#08x)", i, g, math.Float32bits(g), w, math.Float32bits(w))
+		}
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
 }
