@@ -37,14 +37,20 @@ type StatusResponse struct {
 	CatchUps   int64            `json:"catch_ups"`
 	// ExchangesStarted counts the exchanges and pulls this node started;
 	// ExchangeFailedShare is the share of the latest 100 that failed.
-	ExchangesStarted    int64           `json:"exchanges_started"`
-	ExchangeFailedShare float64         `json:"exchange_failed_share"`
-	ExchangesFailed     int64           `json:"exchanges_failed"`
-	ExchangeTimeouts    int64           `json:"exchange_timeouts"`
-	InboundDropped      int64           `json:"inbound_dropped"`
-	Gossip              GossipStats     `json:"gossip"`
-	Trust               TrustStats      `json:"trust"`
-	LastCheckpoint      *CheckpointInfo `json:"last_checkpoint,omitempty"`
+	ExchangesStarted    int64   `json:"exchanges_started"`
+	ExchangeFailedShare float64 `json:"exchange_failed_share"`
+	ExchangesFailed     int64   `json:"exchanges_failed"`
+	ExchangeTimeouts    int64   `json:"exchange_timeouts"`
+	InboundDropped      int64   `json:"inbound_dropped"`
+	// ModelAgeS: seconds since the model last took in a peer's model (what
+	// peers measure its staleness by); ExchangeS: the average exchange this
+	// node started; AvgWaitS: the latest wait between them.
+	ModelAgeS      float64         `json:"model_age_s"`
+	ExchangeS      float64         `json:"exchange_s"`
+	AvgWaitS       float64         `json:"avg_wait_s"`
+	Gossip         GossipStats     `json:"gossip"`
+	Trust          TrustStats      `json:"trust"`
+	LastCheckpoint *CheckpointInfo `json:"last_checkpoint,omitempty"`
 	// Reachability: whether peers can dial this node and how it reaches
 	// them (absent offline).
 	Reachability *Reachability `json:"reachability,omitempty"`

@@ -3,12 +3,24 @@ package averaging
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/meshtrain/meshtrain/params"
 )
 
-// Lag says how a receiver measures the staleness s of a remote model from
-// the two models' progress (samples embodied, mixed on every merge):
+// Lag says how a receiver measures the staleness s of a remote model:
+//
+//   - age: s = the remote model's age in seconds (params.Snapshot.Age: how
+//     long ago the model last took in a peer's model, when it was
+//     snapshotted, plus the time it took to reach us). It measures how old
+//     the model's information about the swarm is, not how much its node
+//     has trained: a slow node that merges as often as a fast one sends
+//     models as fresh as the fast one's (s well under a second, so f(s)
+//     near 1), while a node that was cut off, or restarted from an old
+//     checkpoint, counts for less until it has merged again.
+//
+// and two measures from the two models' progress (samples embodied, mixed
+// on every merge), which discount a slow node's model for being slow:
 //
 //   - steps: s = max(0, local - remote) / batch, how many of the
 //     receiver's own steps the remote model is behind. The gap between a
@@ -24,13 +36,14 @@ import (
 //     node's data is discounted less and less over the run.
 //
 // A remote model ahead of the local one is not stale (s = 0) in both.
-// The zero value is LagSteps; DefaultLag is LagRelative.
+// The zero value is LagSteps; DefaultLag is LagAge.
 type Lag uint8
 
-// The measures, named "steps" and "relative" in configs and flags.
+// The measures, named "steps", "relative" and "age" in configs and flags.
 const (
 	LagSteps Lag = iota
 	LagRelative
+	LagAge
 )
 
 // DefaultLag is the staleness measure DefaultMerger uses: relative, which
@@ -39,16 +52,16 @@ const (
 // as many as steps (docs/benchmarks.md).
 const DefaultLag = LagRelative
 
-var lagNames = [...]string{LagSteps: "steps", LagRelative: "relative"}
+var lagNames = [...]string{LagSteps: "steps", LagRelative: "relative", LagAge: "age"}
 
-// ParseLag parses "steps" or "relative".
+// ParseLag parses "steps", "relative" or "age".
 func ParseLag(s string) (Lag, error) {
 	for l, name := range lagNames {
 		if s == name {
 			return Lag(l), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: %q (want steps or relative)", ErrBadLag, s)
+	return 0, fmt.Errorf("%w: %q (want age, relative or steps)", ErrBadLag, s)
 }
 
 // String returns the name ParseLag accepts.
@@ -79,15 +92,22 @@ func (l *Lag) UnmarshalText(b []byte) error {
 
 func (l Lag) valid() bool { return int(l) < len(lagNames) }
 
-// Staleness returns s for a remote model at progress remote seen by a
-// receiver at progress local with batch samples per step. It fails on an
-// unknown measure, a batch that is not positive, or a progress value that
-// is negative or not finite.
-func (l Lag) Staleness(local, remote params.Progress, batch int) (float64, error) {
+// Staleness returns s for a remote model at progress remote and of age
+// age (see params.Snapshot.Age) seen by a receiver at progress local with
+// batch samples per step. It fails on an unknown measure, a batch that is
+// not positive, or a progress value that is negative or not finite; a
+// negative age counts as 0.
+func (l Lag) Staleness(local, remote params.Progress, age time.Duration, batch int) (float64, error) {
 	if !l.valid() {
 		return 0, fmt.Errorf("%w: %d", ErrBadLag, int(l))
 	}
 	s, err := StalenessSteps(local, remote, batch)
+	if l == LagAge {
+		if err != nil {
+			return 0, err
+		}
+		return max(0, age.Seconds()), nil
+	}
 	if err != nil || l == LagSteps {
 		return s, err
 	}

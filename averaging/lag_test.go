@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/meshtrain/meshtrain/params"
 )
@@ -14,24 +15,30 @@ func TestLagStaleness(t *testing.T) {
 		name          string
 		lag           Lag
 		local, remote params.Progress
+		age           time.Duration
 		batch         int
 		want          float64
 		wantErr       error
 	}{
-		{"steps behind", LagSteps, 6400, 3200, 64, 50, nil},
-		{"relative half behind", LagRelative, 6400, 3200, 64, 50, nil},
-		{"relative a quarter of ours", LagRelative, 4000, 1000, 64, 75, nil},
-		{"relative 3% behind", LagRelative, 505000, 489850, 64, 3, nil},
-		{"relative at zero", LagRelative, 1000, 0, 64, 100, nil},
-		{"relative ahead is fresh", LagRelative, 100, 1e6, 64, 0, nil},
-		{"relative both zero", LagRelative, 0, 0, 64, 0, nil},
-		{"relative bad batch", LagRelative, 10, 0, 0, 0, ErrBadBatch},
-		{"relative NaN", LagRelative, nan, 0, 64, 0, ErrBadProgress},
-		{"unknown measure", Lag(9), 10, 0, 64, 0, ErrBadLag},
+		{"steps behind", LagSteps, 6400, 3200, 0, 64, 50, nil},
+		{"relative half behind", LagRelative, 6400, 3200, 0, 64, 50, nil},
+		{"relative a quarter of ours", LagRelative, 4000, 1000, 0, 64, 75, nil},
+		{"relative 3% behind", LagRelative, 505000, 489850, 0, 64, 3, nil},
+		{"relative at zero", LagRelative, 1000, 0, 0, 64, 100, nil},
+		{"relative ahead is fresh", LagRelative, 100, 1e6, 0, 64, 0, nil},
+		{"relative both zero", LagRelative, 0, 0, 0, 64, 0, nil},
+		{"relative bad batch", LagRelative, 10, 0, 0, 0, 0, ErrBadBatch},
+		{"relative NaN", LagRelative, nan, 0, 0, 64, 0, ErrBadProgress},
+		{"unknown measure", Lag(9), 10, 0, 0, 64, 0, ErrBadLag},
+		{"age in seconds", LagAge, 6400, 3200, 1500 * time.Millisecond, 64, 1.5, nil},
+		{"age ignores a progress gap", LagAge, 1e6, 10, 20 * time.Millisecond, 64, 0.02, nil},
+		{"age of a model ahead", LagAge, 10, 1e6, time.Hour, 64, 3600, nil},
+		{"negative age is fresh", LagAge, 10, 10, -time.Second, 64, 0, nil},
+		{"age still checks progress", LagAge, nan, 0, 0, 64, 0, ErrBadProgress},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := tc.lag.Staleness(tc.local, tc.remote, tc.batch)
+			got, err := tc.lag.Staleness(tc.local, tc.remote, tc.age, tc.batch)
 			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
 				t.Fatalf("err = %v, want %v", err, tc.wantErr)
 			}
@@ -43,7 +50,7 @@ func TestLagStaleness(t *testing.T) {
 }
 
 func TestParseLag(t *testing.T) {
-	for _, l := range []Lag{LagSteps, LagRelative} {
+	for _, l := range []Lag{LagSteps, LagRelative, LagAge} {
 		b, err := l.MarshalText()
 		if err != nil {
 			t.Fatal(err)
@@ -56,8 +63,8 @@ func TestParseLag(t *testing.T) {
 			t.Errorf("ParseLag(%q) = %v, %v", l.String(), got, err)
 		}
 	}
-	if _, err := ParseLag("age"); !errors.Is(err, ErrBadLag) {
-		t.Errorf("ParseLag(age): %v, want ErrBadLag", err)
+	if _, err := ParseLag("time"); !errors.Is(err, ErrBadLag) {
+		t.Errorf("ParseLag(time): %v, want ErrBadLag", err)
 	}
 	if _, err := Lag(7).MarshalText(); !errors.Is(err, ErrBadLag) {
 		t.Errorf("marshal of Lag(7): %v, want ErrBadLag", err)
@@ -93,7 +100,7 @@ func TestLagSlowNodeWeight(t *testing.T) {
 			if i%10 != 0 {
 				continue
 			}
-			sf, err := m.Lag.Staleness(fast, slow, batch)
+			sf, err := m.Lag.Staleness(fast, slow, 0, batch)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,7 +108,7 @@ func TestLagSlowNodeWeight(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ss, err := m.Lag.Staleness(slow, fast, batch)
+			ss, err := m.Lag.Staleness(slow, fast, 0, batch)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -223,7 +223,7 @@ func (m Merger) merge(local Local, remote params.Snapshot, remoteMomentum []floa
 	var s, f float64
 	if a < 0 {
 		var err error
-		if s, err = m.Lag.Staleness(*local.Progress, remote.Progress, local.Batch); err != nil {
+		if s, err = m.Lag.Staleness(*local.Progress, remote.Progress, remote.Age, local.Batch); err != nil {
 			return Outcome{}, err
 		}
 		if f, a, err = m.weight(s); err != nil {

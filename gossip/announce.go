@@ -57,6 +57,9 @@ type Announcement struct {
 	// count them.
 	Samples    float64 `json:"samples,omitempty"`
 	RunSamples float64 `json:"run_samples,omitempty"`
+	// AgeS is the age of the peer's model (params.Snapshot.Age) at TimeMs,
+	// in seconds: how long since it last took in a peer's model.
+	AgeS float64 `json:"age_s,omitempty"`
 	// Addrs are listen multiaddrs, at most 16.
 	Addrs []string `json:"addrs"`
 	// Mode is the node's averaging mode ("gossip", "sync", "local"); any
@@ -90,6 +93,8 @@ func (a Announcement) Validate() error {
 		return fmt.Errorf("%w: samples/s %v", ErrMalformed, a.SamplesPerSec)
 	case !finite(a.Samples) || a.Samples < 0 || !finite(a.RunSamples) || a.RunSamples < 0:
 		return fmt.Errorf("%w: samples %v, run samples %v", ErrMalformed, a.Samples, a.RunSamples)
+	case !finite(a.AgeS) || a.AgeS < 0:
+		return fmt.Errorf("%w: age %v s", ErrMalformed, a.AgeS)
 	case len(a.Addrs) > maxAnnounceAddrs:
 		return fmt.Errorf("%w: %d addresses", ErrMalformed, len(a.Addrs))
 	case !modePattern.MatchString(a.Mode):

@@ -22,7 +22,7 @@ func goodAnnouncement() Announcement {
 	return Announcement{
 		Peer: peerA, Fingerprint: testFP, Step: 120, Progress: 3840, Loss: 0.42, Accuracy: 0.91,
 		SamplesPerSec: 2500, Addrs: []string{"/ip4/127.0.0.1/tcp/4001", "/ip4/127.0.0.1/udp/4001/quic-v1"},
-		Mode: "gossip", TimeMs: t0.UnixMilli(),
+		Mode: "gossip", TimeMs: t0.UnixMilli(), AgeS: 0.025,
 	}
 }
 
@@ -86,6 +86,7 @@ func TestAnnouncementHostile(t *testing.T) {
 		{"accuracy above 1", enc(func(a *Announcement) { a.Accuracy = 1.5 }), ReasonMalformed},
 		{"negative loss", enc(func(a *Announcement) { a.Loss = -1 }), ReasonMalformed},
 		{"negative rate", enc(func(a *Announcement) { a.SamplesPerSec = -1 }), ReasonMalformed},
+		{"negative age", enc(func(a *Announcement) { a.AgeS = -1 }), ReasonMalformed},
 		{"bad address", enc(func(a *Announcement) { a.Addrs = []string{"/ip4/999.0.0.1/tcp/1"} }), ReasonMalformed},
 		{"too many addresses", enc(func(a *Announcement) { a.Addrs = manyAddrs }), ReasonMalformed},
 		{"empty mode", enc(func(a *Announcement) { a.Mode = "" }), ReasonMalformed},

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"time"
 	"unsafe"
 
 	"github.com/meshtrain/meshtrain/params"
@@ -19,8 +20,12 @@ import (
 
 // Wire sizes and limits.
 const (
-	// WireVersion is the version byte in every header of this package.
+	// WireVersion is the version byte of the request and response headers
+	// (both protocols).
 	WireVersion = 1
+	// FrameVersion is the version byte of a parameter frame header.
+	// Version 2 added the model's age.
+	FrameVersion = 2
 	// FrameHeaderSize is the fixed size of a parameter frame header.
 	FrameHeaderSize = 80
 	// RequestSize is the fixed size of the request header.
@@ -118,6 +123,10 @@ type FrameHeader struct {
 	// ChunkSize is the sender's write unit in bytes; the receiver reads and
 	// renews its deadline in the same unit.
 	ChunkSize uint32
+	// Age is params.Snapshot.Age when the snapshot was encoded, carried in
+	// whole milliseconds (up to MaxWireAge; older ages are sent as
+	// MaxWireAge, which every staleness rule treats as very stale).
+	Age time.Duration
 	// Checksum is CRC-32C (Castagnoli) of the payload bytes as sent. The
 	// transport already authenticates every byte against tampering, and a
 	// hostile sender can compute any hash of any garbage, so what is left
@@ -136,7 +145,7 @@ func (h FrameHeader) PayloadSize() uint64 { return h.Elements * uint64(h.DType.S
 func (h FrameHeader) Marshal() [FrameHeaderSize]byte {
 	var b [FrameHeaderSize]byte
 	copy(b[0:4], frameMagic[:])
-	b[4] = WireVersion
+	b[4] = FrameVersion
 	b[5] = byte(h.DType)
 	// b[6:8] reserved, zero.
 	copy(b[8:40], h.Fingerprint[:])
@@ -144,7 +153,7 @@ func (h FrameHeader) Marshal() [FrameHeaderSize]byte {
 	binary.LittleEndian.PutUint64(b[48:56], uint64(h.Step))
 	binary.LittleEndian.PutUint64(b[56:64], math.Float64bits(float64(h.Progress)))
 	binary.LittleEndian.PutUint32(b[64:68], h.ChunkSize)
-	// b[68:72] reserved, zero.
+	binary.LittleEndian.PutUint32(b[68:72], wireAge(h.Age))
 	binary.LittleEndian.PutUint32(b[72:76], h.Checksum)
 	// b[76:80] reserved, zero.
 	return b
@@ -160,7 +169,7 @@ func ParseFrameHeader(b []byte) (FrameHeader, error) {
 	if [4]byte(b[0:4]) != frameMagic {
 		return FrameHeader{}, fmt.Errorf("%w: frame header starts %q", ErrBadMagic, b[0:4])
 	}
-	if b[4] != WireVersion {
+	if b[4] != FrameVersion {
 		return FrameHeader{}, fmt.Errorf("%w: frame version %d", ErrBadVersion, b[4])
 	}
 	h := FrameHeader{
@@ -169,13 +178,14 @@ func ParseFrameHeader(b []byte) (FrameHeader, error) {
 		Step:      int64(binary.LittleEndian.Uint64(b[48:56])),
 		Progress:  params.Progress(math.Float64frombits(binary.LittleEndian.Uint64(b[56:64]))),
 		ChunkSize: binary.LittleEndian.Uint32(b[64:68]),
+		Age:       time.Duration(binary.LittleEndian.Uint32(b[68:72])) * time.Millisecond,
 		Checksum:  binary.LittleEndian.Uint32(b[72:76]),
 	}
 	copy(h.Fingerprint[:], b[8:40])
 	switch {
 	case h.DType.Size() == 0:
 		return h, fmt.Errorf("%w: unknown dtype %d", ErrProtocol, b[5])
-	case b[6] != 0 || b[7] != 0 || binary.LittleEndian.Uint32(b[68:72]) != 0 || binary.LittleEndian.Uint32(b[76:80]) != 0:
+	case b[6] != 0 || b[7] != 0 || binary.LittleEndian.Uint32(b[76:80]) != 0:
 		return h, fmt.Errorf("%w: reserved header bytes set", ErrProtocol)
 	case !validChunkSize(int64(h.ChunkSize)):
 		return h, fmt.Errorf("%w: chunk size %d", ErrProtocol, h.ChunkSize)
@@ -189,6 +199,20 @@ func ParseFrameHeader(b []byte) (FrameHeader, error) {
 		return h, fmt.Errorf("%w: negative progress %v", ErrProtocol, float64(h.Progress))
 	}
 	return h, nil
+}
+
+// MaxWireAge is the largest age a frame carries: about 49.7 days.
+const MaxWireAge = time.Duration(math.MaxUint32) * time.Millisecond
+
+// wireAge is d in whole milliseconds, clamped to [0, MaxWireAge].
+func wireAge(d time.Duration) uint32 {
+	switch {
+	case d <= 0:
+		return 0
+	case d >= MaxWireAge:
+		return math.MaxUint32
+	}
+	return uint32(d / time.Millisecond)
 }
 
 func validChunkSize(n int64) bool {
@@ -310,6 +334,7 @@ func (e FrameWriter) Encode(s params.Snapshot) (*Frame, error) {
 			Step:        s.Step,
 			Progress:    s.Progress,
 			ChunkSize:   uint32(chunk),
+			Age:         s.Age,
 			Checksum:    crc,
 		},
 		payload: payload,
@@ -433,7 +458,7 @@ func (d FrameReader) ReadFrame(r io.Reader) (params.Snapshot, error) {
 	if !finite {
 		return params.Snapshot{}, fmt.Errorf("%w: %w", ErrNonFinite, params.ErrNonFinite)
 	}
-	return params.Snapshot{Fingerprint: h.Fingerprint, Step: h.Step, Progress: h.Progress, Params: out}, nil
+	return params.Snapshot{Fingerprint: h.Fingerprint, Step: h.Step, Progress: h.Progress, Age: h.Age, Params: out}, nil
 }
 
 func (d FrameReader) read(r io.Reader, p []byte) error {

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshtrain/meshtrain/params"
 )
@@ -173,7 +174,7 @@ func TestReadFrameHostile(t *testing.T) {
 		{"empty stream", nil, lim, ReasonShortRead},
 		{"header cut short", valid[:40], lim, ReasonShortRead},
 		{"payload cut short", valid[:len(valid)-1], lim, ReasonShortRead},
-		{"version 2", func() []byte { b := bytes.Clone(valid); b[4] = 2; return b }(), lim, ReasonBadVersion},
+		{"version 3", func() []byte { b := bytes.Clone(valid); b[4] = 3; return b }(), lim, ReasonBadVersion},
 		{"other fingerprint", with(func(h *FrameHeader) { h.Fingerprint[0] ^= 1 }), lim, ReasonFingerprint},
 		{"10 GB claimed", with(func(h *FrameHeader) { h.Elements = 10 << 30 / 4 }), lim, ReasonOversize},
 		{"above absolute cap", with(func(h *FrameHeader) { h.Elements = params.MaxElements + 1 }), Limits{}, ReasonOversize},
@@ -190,7 +191,6 @@ func TestReadFrameHostile(t *testing.T) {
 		{"tiny chunks", with(func(h *FrameHeader) { h.ChunkSize = 16 }), lim, ReasonProtocol},
 		{"odd chunks", with(func(h *FrameHeader) { h.ChunkSize = MinChunkSize + 1 }), lim, ReasonProtocol},
 		{"reserved byte", func() []byte { b := bytes.Clone(valid); b[6] = 1; return b }(), lim, ReasonProtocol},
-		{"reserved word", func() []byte { b := bytes.Clone(valid); b[70] = 1; return b }(), lim, ReasonProtocol},
 		{"reserved after checksum", func() []byte { b := bytes.Clone(valid); b[79] = 1; return b }(), lim, ReasonProtocol},
 	}
 	for _, tc := range tests {
@@ -413,7 +413,8 @@ func TestGoldenHeaders(t *testing.T) {
 	for i := range fp {
 		fp[i] = byte(i)
 	}
-	frame := FrameHeader{DType: FP32, Fingerprint: fp, Elements: 101770, Step: 1234, Progress: 39488, ChunkSize: DefaultChunkSize, Checksum: 0x89abcdef}
+	frame := FrameHeader{DType: FP32, Fingerprint: fp, Elements: 101770, Step: 1234, Progress: 39488, ChunkSize: DefaultChunkSize,
+		Age: 1500 * time.Millisecond, Checksum: 0x89abcdef}
 	hb := frame.Marshal()
 	qb := Request{Kind: KindExchange, Fingerprint: fp, Elements: 101770}.Marshal()
 	rb := Response{Status: StatusRejected, Reason: ReasonNonFinite}.Marshal()
@@ -439,6 +440,9 @@ func TestGoldenHeaders(t *testing.T) {
 		if got != string(want) {
 			t.Errorf("%s changed:\n%s\nwant:\n%s", name, got, want)
 		}
+	}
+	if h, err := ParseFrameHeader(hb[:]); err != nil || h != frame {
+		t.Fatalf("golden frame header parses to %+v, %v", h, err)
 	}
 	// The golden frame must decode to what it was built from.
 	s, err := FrameReader{}.ReadFrame(bytes.NewReader(full))
@@ -502,5 +506,41 @@ func TestReadFrameAlloc(t *testing.T) {
 		if !errors.Is(err, ErrBadConfig) {
 			t.Fatalf("%v: a short vector from Alloc: %v", dt, err)
 		}
+	}
+}
+
+// A frame carries its model's age in whole milliseconds, clamped to what
+// the field holds; a version 1 header (no age) is refused as another
+// version, not misread.
+func TestFrameAge(t *testing.T) {
+	for _, tc := range []struct{ in, want time.Duration }{
+		{0, 0},
+		{-time.Second, 0},
+		{1500*time.Millisecond + 999*time.Microsecond, 1500 * time.Millisecond},
+		{MaxWireAge, MaxWireAge},
+		{MaxWireAge + time.Hour, MaxWireAge},
+	} {
+		s := testSnapshot(3, 1)
+		s.Age = tc.in
+		f, err := FrameWriter{}.Encode(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := (FrameWriter{}).Send(&buf, f); err != nil {
+			t.Fatal(err)
+		}
+		got, err := FrameReader{}.ReadFrame(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Age != tc.want {
+			t.Errorf("age %v arrives as %v, want %v", tc.in, got.Age, tc.want)
+		}
+	}
+	hb := FrameHeader{DType: FP32, Elements: 1, ChunkSize: DefaultChunkSize}.Marshal()
+	hb[4] = 1
+	if _, err := ParseFrameHeader(hb[:]); !errors.Is(err, ErrBadVersion) {
+		t.Errorf("version 1 frame header: %v, want ErrBadVersion", err)
 	}
 }

@@ -1,5 +1,5 @@
 // Package gossip owns meshtrain's libp2p protocols: the parameter exchange
-// (/meshtrain/params/1.0.0), which moves frozen snapshots between two peers
+// (/meshtrain/params/2.0.0), which moves frozen snapshots between two peers
 // over a stream, and the announce topic (/meshtrain/<network>/announce/1),
 // on which every peer tells the mesh its step, progress, metrics and
 // addresses. Both are built to face strangers on an open mesh: every input

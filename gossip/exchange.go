@@ -18,7 +18,7 @@ import (
 )
 
 // ProtocolID is the parameter exchange protocol.
-const ProtocolID protocol.ID = "/meshtrain/params/1.0.0"
+const ProtocolID protocol.ID = "/meshtrain/params/2.0.0"
 
 // ServiceName is the resource-manager service every exchange stream is
 // attributed to, so limits can be set for it (see ProtocolLimits).
@@ -295,6 +295,7 @@ func (s *Service) checkLocal(local params.Snapshot) error {
 // Each side writes only while the other reads, so neither can deadlock on
 // flow control; the responder reads the whole frame before it replies.
 func (s *Service) request(ctx context.Context, p peer.ID, kind RequestKind, local *Frame) (params.Snapshot, error) {
+	start := time.Now()
 	ctx, x, end, err := s.dial(ctx, p, kind.String(), 0)
 	if err != nil {
 		return params.Snapshot{}, err
@@ -309,6 +310,9 @@ func (s *Service) request(ctx context.Context, p peer.ID, kind RequestKind, loca
 		return params.Snapshot{}, err
 	}
 	_ = x.st.Close()
+	// The peer took its snapshot after our request reached it; counting
+	// the whole exchange errs on the old side.
+	remote.Age += time.Since(start)
 	if kind == KindPull {
 		s.counters.pullsDone.Add(1)
 	} else {
@@ -405,6 +409,7 @@ func (s *Service) handle(in *inbound, qb []byte) {
 		return
 	}
 	s.counters.exchangesServed.Add(1)
+	remote.Age += time.Since(in.start)
 	if s.cfg.OnReceive != nil {
 		s.cfg.OnReceive(p, remote)
 	}

@@ -243,10 +243,13 @@ func (b *streamBase) fail(ctx context.Context, x *streamIO, p peer.ID, what stri
 
 // inbound is one admitted inbound stream, owned by its handler goroutine.
 type inbound struct {
-	st  network.Stream
-	x   *streamIO
-	p   peer.ID
-	ctx context.Context // ends with close or the InboundTimeout
+	// start is when the stream arrived: the peer's snapshot was taken
+	// about then, so its age grows by the time since.
+	start time.Time
+	st    network.Stream
+	x     *streamIO
+	p     peer.ID
+	ctx   context.Context // ends with close or the InboundTimeout
 	// stop ends the stream's attachment to ctx.
 	stop func() bool
 }
@@ -287,7 +290,7 @@ func (b *streamBase) accept(st network.Stream) {
 		ctx, cancel = context.WithTimeout(b.ctx, b.sc.InboundTimeout)
 	}
 	defer cancel()
-	in := &inbound{st: st, p: st.Conn().RemotePeer(), ctx: ctx}
+	in := &inbound{start: time.Now(), st: st, p: st.Conn().RemotePeer(), ctx: ctx}
 	in.stop = context.AfterFunc(ctx, func() { _ = st.Reset() })
 	defer in.stop()
 	in.x = b.newIO(ctx, st)

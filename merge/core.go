@@ -339,7 +339,7 @@ func (c *Core) implausible(in Input, before, theirs float64) bool {
 // weigh computes the staleness and the weight of a merge the checks
 // passed: the only place they are computed.
 func (c *Core) weigh(in Input, d Decision) Decision {
-	s, err := c.cfg.Merger.Lag.Staleness(in.Local.Progress, in.Remote.Progress, c.cfg.Batch)
+	s, err := c.cfg.Merger.Lag.Staleness(in.Local.Progress, in.Remote.Progress, in.Remote.Age, c.cfg.Batch)
 	if err == nil {
 		d.Weight, err = c.cfg.Merger.Weight(s)
 	}

@@ -24,10 +24,14 @@ import (
 // node's trainer (merges land through Trainer.Apply, between two steps),
 // gossip service and trust, which it does not own.
 type averager struct {
-	n       *Node
-	core    *merge.Core
-	buf     []float32 // scratch: our model at a decision
-	inbound chan inboundModel
+	n    *Node
+	core *merge.Core
+	pace merge.Pace   // owned by run
+	wait atomic.Int64 // the latest wait between rounds, ns (status)
+	// exchange is pace's average exchange, ns (status)
+	exchange atomic.Int64
+	buf      []float32 // scratch: our model at a decision
+	inbound  chan inboundModel
 
 	merges, catchups, timeouts, failed, dropped atomic.Int64
 	last                                        atomic.Pointer[MergeInfo]
@@ -56,7 +60,7 @@ type MergeInfo struct {
 
 func newAverager(n *Node, core *merge.Core) *averager {
 	// The host that reach asks is set once it exists (startMesh).
-	return &averager{n: n, core: core, inbound: make(chan inboundModel, 4), perPeer: map[peer.ID]int64{}, reach: newReachState(nil)}
+	return &averager{n: n, core: core, pace: merge.Pace{Floor: n.cfg.AvgInterval}, inbound: make(chan inboundModel, 4), perPeer: map[peer.ID]int64{}, reach: newReachState(nil)}
 }
 
 // receive is called by the gossip service with the initiator's model after
@@ -70,12 +74,19 @@ func (a *averager) receive(p peer.ID, s params.Snapshot) {
 	}
 }
 
-// run starts an exchange every AvgInterval (with jitter) and merges what
-// comes back, and merges the models peers send when they start one.
+// run starts an exchange every AvgInterval or longer (merge.Pace: at
+// least the recent exchange time and one step, with jitter) and merges
+// what comes back, and merges the models peers send when they start one.
 func (a *averager) run(ctx context.Context, send func(Event)) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
 	next := func() time.Duration {
-		return time.Duration(float64(a.n.cfg.AvgInterval) * (0.8 + 0.4*rng.Float64()))
+		var step time.Duration
+		if sps := a.n.trainer.Stats().SamplesPerSec; sps > 0 {
+			step = time.Duration(float64(a.n.cfg.Train.Batch) / sps * float64(time.Second))
+		}
+		w := a.pace.Wait(step, rng.Float64())
+		a.wait.Store(int64(w))
+		return w
 	}
 	timer := time.NewTimer(next())
 	defer timer.Stop()
@@ -124,7 +135,8 @@ func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send
 		return p
 	}
 	ectx, cancel := context.WithTimeout(ctx, n.cfg.ExchangeTimeout)
-	remote, err := n.svc.Exchange(ectx, p, n.outgoing(n.trainer.SnapshotInto(nil)))
+	start := time.Now()
+	remote, err := n.svc.Exchange(ectx, p, n.outgoing(n.snapshot()))
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -132,6 +144,8 @@ func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send
 		}
 		return p
 	}
+	a.pace.Exchanged(time.Since(start))
+	a.exchange.Store(int64(a.pace.Exchange()))
 	a.merge(p, remote, false)
 	return p
 }
@@ -177,6 +191,7 @@ func (a *averager) catchUp(ctx context.Context, best peer.ID, send func(Event)) 
 		n.log.Warn("catch-up failed", "peer", best, "err", err)
 		return
 	}
+	n.tookIn(time.Now(), remote.Age, true)
 	a.catchups.Add(1)
 	s := n.trainer.Stats()
 	send(Event{Event: "catchup", Step: s.Steps, Progress: float64(s.Progress),
@@ -225,6 +240,7 @@ func (a *averager) merge(from peer.ID, remote params.Snapshot, inbound bool) {
 		n.log.Warn("merge refused", "peer", from, "err", err)
 		return
 	}
+	n.tookIn(time.Now(), remote.Age, false)
 	a.core.Applied(from.String(), d)
 	if n.trust != nil && d.HasVerdict {
 		n.verdict(from, d.Verdict)

@@ -65,7 +65,11 @@ type Node struct {
 	rep *reporter
 
 	networkWait atomic.Int64 // ns the trainer loop waited on the network
-	closeOnce   sync.Once
+	// infoTime is when the model's information about the swarm was
+	// current, Unix ns: the latest merge, or the node's start (see
+	// params.Snapshot.Age, and modelAge).
+	infoTime  atomic.Int64
+	closeOnce sync.Once
 
 	snaps SnapshotConfig // set before Run; see snapshots.go
 
@@ -182,6 +186,7 @@ func newWith(ctx context.Context, cfg Config, t Trainer, st store.Store, log *sl
 	total := cfg.Epochs * float64(t.Info().TrainSamples)
 	n := &Node{cfg: cfg, log: log.With("component", "node"), baseLog: log, st: st, trainer: t, fp: t.Fingerprint(),
 		started: time.Now(), runTotal: total, clock: newRunClock(0), rep: newReporter(), key: key}
+	n.infoTime.Store(n.started.UnixNano())
 	if st != nil {
 		base, err := resume(ctx, cfg, st, t, log, emit)
 		if err != nil {
@@ -284,14 +289,43 @@ func (n *Node) serveSnapshot() (params.Snapshot, bool) {
 	if r, ok := n.trainer.(ReadyReporter); ok && !r.Ready() {
 		return params.Snapshot{}, false
 	}
-	return n.outgoing(n.trainer.SnapshotInto(nil)), true
+	return n.outgoing(n.snapshot()), true
+}
+
+// snapshot is a frozen copy of the model with its age.
+func (n *Node) snapshot() params.Snapshot {
+	s := n.trainer.SnapshotInto(nil)
+	s.Age = n.modelAge(time.Now())
+	return s
+}
+
+// modelAge is how old the model's information about the swarm is at now:
+// the time since it last took in a peer's model, or since the node
+// started if it never has.
+func (n *Node) modelAge(now time.Time) time.Duration {
+	return max(0, now.Sub(time.Unix(0, n.infoTime.Load())))
+}
+
+// tookIn records that the model took in a model of age age at now: its
+// information is now as fresh as that model's, if that is fresher than
+// its own (a stale peer's model does not refresh ours). replace sets it
+// whatever it was (our model was replaced whole).
+func (n *Node) tookIn(now time.Time, age time.Duration, replace bool) {
+	t := now.Add(-max(0, age)).UnixNano()
+	for {
+		old := n.infoTime.Load()
+		if (!replace && t <= old) || n.infoTime.CompareAndSwap(old, t) {
+			return
+		}
+	}
 }
 
 func (n *Node) announcement() gossip.Announcement {
 	s := n.trainer.Stats()
 	return gossip.Announcement{Step: s.Steps, Progress: float64(s.Progress), Loss: f64(&n.rep.lastLoss),
 		Accuracy: f64(&n.rep.lastAcc), SamplesPerSec: s.SamplesPerSec, Mode: string(n.cfg.Mode),
-		Samples: float64(s.Samples), RunSamples: n.runPosition(time.Now(), float64(s.Samples))}
+		Samples: float64(s.Samples), RunSamples: n.runPosition(time.Now(), float64(s.Samples)),
+		AgeS: n.modelAge(time.Now()).Seconds()}
 }
 
 func f64(a *atomic.Uint64) float64       { return math.Float64frombits(a.Load()) }

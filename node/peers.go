@@ -70,7 +70,9 @@ func (n *Node) Peers() []PeerStatus {
 		if p.Fingerprint != n.fp || p.Peer == n.id {
 			continue
 		}
-		s, _ := n.cfg.Merger.Lag.Staleness(own, params.Progress(p.Progress), n.cfg.Train.Batch)
+		// The announced age grew since the announcement was sent.
+		age := time.Duration(p.AgeS*float64(time.Second)) + max(0, now.Sub(p.SeenAt))
+		s, _ := n.cfg.Merger.Lag.Staleness(own, params.Progress(p.Progress), age, n.cfg.Train.Batch)
 		path := n.host.PathTo(p.Peer)
 		out = append(out, PeerStatus{
 			PeerID: p.Peer.String(), Addrs: append([]string{}, p.Addrs...), Mode: p.Mode, Step: p.Step,

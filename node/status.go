@@ -40,14 +40,21 @@ type Status struct {
 	// ExchangesStarted counts the exchanges and pulls this node started,
 	// ExchangesFailed those that failed; ExchangeFailedShare is the share
 	// of the latest 100 started that failed.
-	ExchangesStarted    int64        `json:"exchanges_started"`
-	ExchangeFailedShare float64      `json:"exchange_failed_share"`
-	ExchangesFailed     int64        `json:"exchanges_failed"`
-	ExchangeTimeouts    int64        `json:"exchange_timeouts"`
-	InboundDropped      int64        `json:"inbound_dropped"`
-	Gossip              gossip.Stats `json:"gossip"`
-	Trust               TrustStats   `json:"trust"`
-	LastCheckpoint      *store.Info  `json:"last_checkpoint,omitempty"`
+	ExchangesStarted    int64   `json:"exchanges_started"`
+	ExchangeFailedShare float64 `json:"exchange_failed_share"`
+	ExchangesFailed     int64   `json:"exchanges_failed"`
+	ExchangeTimeouts    int64   `json:"exchange_timeouts"`
+	InboundDropped      int64   `json:"inbound_dropped"`
+	// ModelAgeS is the model's age (params.Snapshot.Age): seconds since it
+	// last took in a peer's model. ExchangeS is the moving average of the
+	// exchanges this node started, and AvgWaitS the latest wait between
+	// them (merge.Pace: --avg-interval or longer on a slow link).
+	ModelAgeS      float64      `json:"model_age_s"`
+	ExchangeS      float64      `json:"exchange_s"`
+	AvgWaitS       float64      `json:"avg_wait_s"`
+	Gossip         gossip.Stats `json:"gossip"`
+	Trust          TrustStats   `json:"trust"`
+	LastCheckpoint *store.Info  `json:"last_checkpoint,omitempty"`
 	// Reachability is what the node knows of its own reachability and how
 	// it reaches its peers (absent offline).
 	Reachability *NodeReachability `json:"reachability,omitempty"`
@@ -131,6 +138,10 @@ func (n *Node) Status() Status {
 		st.Merges, st.LastMerge, st.CatchUps = a.merges.Load(), a.last.Load(), a.catchups.Load()
 		st.ExchangesFailed, st.ExchangeTimeouts, st.InboundDropped = a.failed.Load(), a.timeouts.Load(), a.dropped.Load()
 		st.ExchangesStarted, st.ExchangeFailedShare = a.reach.started.Load(), a.reach.failedShare()
+		st.ExchangeS, st.AvgWaitS = time.Duration(a.exchange.Load()).Seconds(), time.Duration(a.wait.Load()).Seconds()
+	}
+	if n.cfg.Mode != ModeLocal && !n.cfg.Offline {
+		st.ModelAgeS = n.modelAge(time.Now()).Seconds()
 	}
 	if n.cfg.Offline {
 		st.Mode, st.Profile = "offline", ""

@@ -37,7 +37,7 @@ func TestBadFlagsAreOneLineAndExitTwo(t *testing.T) {
 		{"id", "x"},
 		{"version", "--x"},
 		{"node", "--trainer", "torch"},
-		{"node", "--staleness-lag", "age"},
+		{"node", "--staleness-lag", "time"},
 		{"node", "--lr-scaling", "fast"},
 		{"node", "--trainer-listen", "unix:/tmp/x.sock"},
 		{"node", "--trainer", "external", "--mode", "sync"},

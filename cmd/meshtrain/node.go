@@ -53,7 +53,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	alpha := fs.Float64("alpha", d.Merger.Alpha, "base merge weight a0 in (0,1]: a = a0 * f(staleness)")
 	staleness := fs.String("staleness", d.Merger.Staleness.String(), "staleness decay f: const, poly:P, exp:D or hinge:A,B")
 	lag := fs.String("staleness-lag", d.Merger.Lag.String(),
-		"how staleness is measured from the two models' progress: steps (our steps behind) or relative (percent of our progress behind)")
+		"how staleness is measured: age (seconds since the peer's model last took in a peer's model, plus its trip to us), relative (percent of our progress behind) or steps (our steps behind)")
 	momentum := fs.String("momentum-policy", d.Merger.Momentum.String(), "optimizer momentum on merge: keep, reset or mix")
 	lrScaling := fs.String("lr-scaling", string(d.LRScaling),
 		"gossip: none, or speed (scale the learning rate by the median announced samples/s over ours, so every node's data moves the swarm alike)")
