@@ -342,20 +342,37 @@ func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, loc
 	if err := x.readResponse(true); err != nil {
 		return params.Snapshot{}, err
 	}
-	if kind == KindExchange {
-		if err := s.writer(x).Send(x, local); err != nil {
+	if kind == KindPull {
+		remote, err := s.reader(x, want).ReadFrame(x)
+		if err != nil {
 			return params.Snapshot{}, err
 		}
-		_ = st.CloseWrite() // as above: a refusal of the frame may be waiting
-		if err := x.readResponse(false); err != nil {
-			return params.Snapshot{}, err
-		}
+		return remote, x.expectEOF()
 	}
+	// The two frames cross: ours goes out on its own goroutine while we
+	// read the responder's, so an exchange costs one transfer, not two.
+	sent := make(chan error, 1)
+	go func() {
+		err := s.writer(x).Send(x, local)
+		if err == nil {
+			_ = st.CloseWrite() // as above: a refusal of the frame may be waiting
+		}
+		sent <- err
+	}()
 	remote, err := s.reader(x, want).ReadFrame(x)
+	if err == nil {
+		// The responder's verdict on our frame follows its own.
+		err = x.readResponse(false)
+	}
+	if err == nil {
+		err = x.expectEOF()
+	}
 	if err != nil {
+		_ = st.Reset() // stops our writer if it is still sending
+		<-sent
 		return params.Snapshot{}, err
 	}
-	if err := x.expectEOF(); err != nil {
+	if err := <-sent; err != nil {
 		return params.Snapshot{}, err
 	}
 	return remote, nil
@@ -469,45 +486,74 @@ func (s *Service) admit(p peer.ID, q Request) (*Frame, Response, error) {
 // one transfer and start its next before the slot is free again (which
 // would make it look busy to itself).
 func (s *Service) serve(x *streamIO, st network.Stream, q Request, local *Frame, release func()) (remote params.Snapshot, graceful bool, err error) {
-	if q.Kind == KindExchange {
-		if err := x.respond(Response{Status: StatusOK}); err != nil {
-			return params.Snapshot{}, false, err
-		}
-		want := int(local.Header.Elements)
-		if s.hostile() && s.cfg.Elements != 0 {
-			want = s.cfg.Elements // a hostile peer still reads honest frames
-		}
-		remote, err = s.reader(x, want).ReadFrame(x)
-		if err != nil {
-			// A frame that arrived whole but is bad gets an answer: the
-			// peer has finished writing and waits for one. Anything else
-			// may leave the peer mid-write, so it gets a reset.
-			if r := ReasonOf(err); r == ReasonChecksum || r == ReasonNonFinite {
-				ok := x.respond(Response{Status: StatusRejected, Reason: r}) == nil && st.CloseWrite() == nil
-				return params.Snapshot{}, ok, err
-			}
-			return params.Snapshot{}, false, err
-		}
-		if err := x.expectEOF(); err != nil {
-			return params.Snapshot{}, false, err
-		}
-	}
 	if err := x.respond(Response{Status: StatusOK}); err != nil {
 		return params.Snapshot{}, false, err
 	}
-	if err := s.writer(x).Send(x, local); err != nil {
+	if q.Kind == KindPull {
+		if err := s.writer(x).Send(x, local); err != nil {
+			return params.Snapshot{}, false, err
+		}
+		release()
+		if err := st.CloseWrite(); err != nil {
+			return params.Snapshot{}, false, fmt.Errorf("close write: %w", err)
+		}
+		// The initiator closed its side after the request; anything more
+		// is a protocol violation.
+		if err := x.expectEOF(); err != nil {
+			return params.Snapshot{}, false, err
+		}
+		return params.Snapshot{}, false, nil
+	}
+	// Exchange: our frame goes out on its own goroutine while we read the
+	// initiator's; the verdict on theirs follows our frame, so the writer
+	// waits for it.
+	verdict := make(chan Response, 1)
+	sent := make(chan error, 1)
+	go func() {
+		if err := s.writer(x).Send(x, local); err != nil {
+			sent <- err
+			return
+		}
+		r, ok := <-verdict
+		if !ok {
+			sent <- errAborted
+			return
+		}
+		sent <- x.respond(r)
+	}()
+	want := int(local.Header.Elements)
+	if s.hostile() && s.cfg.Elements != 0 {
+		want = s.cfg.Elements // a hostile peer still reads honest frames
+	}
+	remote, err = s.reader(x, want).ReadFrame(x)
+	if err == nil {
+		err = x.expectEOF()
+	}
+	if err != nil {
+		// A frame that arrived whole but is bad gets an answer: the peer
+		// has finished writing and waits for one. Anything else may leave
+		// the peer mid-write, so it gets a reset.
+		if r := ReasonOf(err); r == ReasonChecksum || r == ReasonNonFinite {
+			verdict <- Response{Status: StatusRejected, Reason: r}
+			ok := <-sent == nil && st.CloseWrite() == nil
+			return params.Snapshot{}, ok, err
+		}
+		close(verdict)
+		_ = st.Reset() // stops our writer if it is still sending
+		<-sent
+		return params.Snapshot{}, false, err
+	}
+	verdict <- Response{Status: StatusOK}
+	if err := <-sent; err != nil {
 		return params.Snapshot{}, false, err
 	}
 	release()
 	if err := st.CloseWrite(); err != nil {
 		return params.Snapshot{}, false, fmt.Errorf("close write: %w", err)
 	}
-	if q.Kind == KindPull {
-		// The initiator closed its side after the request; anything more
-		// is a protocol violation.
-		if err := x.expectEOF(); err != nil {
-			return params.Snapshot{}, false, err
-		}
-	}
 	return remote, false, nil
 }
+
+// errAborted: our writer stopped because the exchange failed on the read
+// side (that failure is the one reported).
+var errAborted = errors.New("gossip: exchange aborted")
