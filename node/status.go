@@ -48,7 +48,7 @@ type Status struct {
 	// ModelAgeS is the model's age (params.Snapshot.Age): seconds since it
 	// last took in a peer's model. ExchangeS is the moving average of the
 	// exchanges this node started, and AvgWaitS the latest wait between
-	// them (merge.Pace: --avg-interval or longer on a slow link).
+	// them (merge.Pace: --avg-interval, or half the exchange time on a slow link).
 	ModelAgeS      float64      `json:"model_age_s"`
 	ExchangeS      float64      `json:"exchange_s"`
 	AvgWaitS       float64      `json:"avg_wait_s"`
