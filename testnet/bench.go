@@ -103,8 +103,11 @@ type BenchConfig struct {
 	BaseStep time.Duration
 	// SnapshotEvery is the time resolution of every measurement.
 	SnapshotEvery time.Duration
-	// Threads per node (GOMAXPROCS): 1 keeps the swarm's CPU demand within
-	// the cores the profile assumes.
+	// Threads per node (GOMAXPROCS); 0 leaves the node's default, every
+	// core, as a user's node runs. The training step is single-threaded
+	// either way (the swarm's compute demand is the profile's); more
+	// threads let a node's network and merge work run beside its step
+	// instead of queueing behind it.
 	Threads int
 	// Settle is the wait between the last node starting and the common
 	// start, for announcements to reach every peer.
@@ -153,7 +156,7 @@ func DefaultBenchConfig() BenchConfig {
 		BudgetSync:    true,
 		Cap:           120 * time.Second,
 		SnapshotEvery: 250 * time.Millisecond,
-		Threads:       1,
+		Threads:       0,
 		Settle:        3 * time.Second,
 	}
 }
@@ -300,8 +303,8 @@ func (c BenchConfig) Validate() error {
 	if _, err := gossip.ParseDType(c.WireDType); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrBench, err))
 	}
-	if c.Threads < 1 || c.Threads > 256 {
-		bad("threads %d not in [1,256]", c.Threads)
+	if c.Threads < 0 || c.Threads > 256 {
+		bad("threads %d not in [0,256]", c.Threads)
 	}
 	if c.Settle < 0 || c.Settle > 10*time.Minute {
 		bad("settle %v not in [0,10m]", c.Settle)
@@ -493,10 +496,14 @@ func (c BenchConfig) ModeFlags(mode string) []string {
 // besides those testnet.Up adds (see HarnessFlags for why); a bool flag
 // has no value.
 func (b *bench) harnessFlags(j job, net, snapDir, startFile string) []flagArg {
-	return []flagArg{{"--no-data-dir", ""}, {"--checkpoint-every", "0"}, {"--no-eval", ""},
+	out := []flagArg{{"--no-data-dir", ""}, {"--checkpoint-every", "0"}, {"--no-eval", ""},
 		{"--snapshot-dir", snapDir}, {"--snapshot-every", b.cfg.SnapshotEvery.String()},
-		{"--threads", strconv.Itoa(b.cfg.Threads)}, {"--base-step", b.base.String()}, {"--log-level", "warn"},
+		{"--base-step", b.base.String()}, {"--log-level", "warn"},
 		{"--network", net}, {"--seed", strconv.FormatUint(j.seed, 10)}, {"--start-file", startFile}}
+	if b.cfg.Threads > 0 {
+		out = append(out, flagArg{"--threads", strconv.Itoa(b.cfg.Threads)})
+	}
+	return out
 }
 
 // nodeArgs are every node's flags for a job: the harness's, the job's own
@@ -524,7 +531,6 @@ func HarnessFlags(c BenchConfig, n Net) []HarnessFlag {
 		{"--shard i/n", "each node trains on its own shard of the training set, as in a real swarm"},
 		{"--slowdown F", "the emulated hardware: each step lasts F x the base step (the sleep counts as busy time)"},
 		{"--base-step D", "calibrated once, solo, at the start, so every slowdown multiplies the same unit rather than one each node measures while the others start up"},
-		{fmt.Sprintf("--threads %d", c.Threads), "each node computes on this many cores, so the swarm's demand fits the machine the profile assumes"},
 		{"--no-data-dir", "nothing on disk: every run starts fresh (no resumed checkpoint, a new identity) and leaves nothing behind"},
 		{"--checkpoint-every 0", "no periodic checkpoint writes competing with training (without a data dir there is nowhere to write them anyway)"},
 		{"--no-eval", "no test-set evaluation on the nodes' cores while they train; instead every node snapshots its model and counters, and the snapshots are scored after the run, outside the nodes' busy time"},
@@ -1175,7 +1181,15 @@ func settings(c BenchConfig, n Net) Settings {
 		CapS: c.Cap.Seconds(), SnapshotS: c.SnapshotEvery.Seconds(),
 		Threads: c.Threads, NodeArgs: c.NodeArgs, Quick: c.Quick, Harness: HarnessFlags(c, n),
 		Heterogeneity: "emulated: each step lasts slowdown x base step (sleeping after the compute; the sleep counts as busy), " +
-			fmt.Sprintf("%d thread(s) per node", c.Threads)}
+			threadsNote(c.Threads)}
+}
+
+// threadsNote says how many threads each node ran with.
+func threadsNote(threads int) string {
+	if threads == 0 {
+		return "each node on every core (the node's default; its training step is single-threaded)"
+	}
+	return fmt.Sprintf("%d thread(s) per node", threads)
 }
 
 // loadAvg1 is the 1-minute load average (0 where unknown).

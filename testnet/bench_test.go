@@ -737,8 +737,10 @@ func TestDefaultBenchRunsGossipWithTheNodeDefaults(t *testing.T) {
 			t.Errorf("a default gossip node gets %s: %q", f, args)
 		}
 	}
+	// No --threads: a node runs on every core by default, and so do the
+	// benchmark's.
 	want := []string{"--no-data-dir", "--checkpoint-every", "0", "--no-eval", "--snapshot-dir", "/snaps", "--snapshot-every", "250ms",
-		"--threads", "1", "--base-step", "1.5ms", "--log-level", "warn", "--network", "bench-x-0", "--seed", "1", "--start-file", "/start"}
+		"--base-step", "1.5ms", "--log-level", "warn", "--network", "bench-x-0", "--seed", "1", "--start-file", "/start"}
 	if !slices.Equal(args, want) {
 		t.Errorf("default gossip node args\n%q, want the harness's only\n%q", args, want)
 	}
@@ -1053,7 +1055,7 @@ func TestReportSaysHowEachModeDiffersFromANodesDefaults(t *testing.T) {
 		"| sync | `--mode sync --lr 0.2 --epochs 2.5` |",
 		"| local | `--mode local` |",
 		"budgeted to W", "`--epochs 2.5`",
-		"| `--no-data-dir` |", "| `--no-eval` |", "| `--threads 1` |", "| `--base-step D` |", "| `--start-file F` |",
+		"| `--no-data-dir` |", "| `--no-eval` |", "| `--base-step D` |", "| `--start-file F` |",
 		"| `--network bench-ID-N` |", "| `--checkpoint-every 0` |", "| `--log-level warn` |", "| `--seed N` |",
 		"| `--shard i/n` |", "| `--slowdown F` |",
 		"accuracy at W (10.00 s)",

@@ -32,7 +32,7 @@ func TestBenchBadFlagsAreOneLineAndExitTwo(t *testing.T) {
 		{"bench", "--wire-dtype", "fp8"},
 		{"bench", "--dataset", "cifar"},
 		{"bench", "--model", "mlp:x"},
-		{"bench", "--threads", "0"},
+		{"bench", "--threads", "-1"},
 		{"bench", "--quick", "--target", "0"},
 		{"bench", "--net", "lan"},
 		{"bench", "--net", "wan:40ms"},
