@@ -32,9 +32,12 @@ const (
 	MomentumMix
 )
 
-// DefaultMomentumPolicy is mix, the policy that treats optimizer state
-// exactly like the parameters it belongs to.
-const DefaultMomentumPolicy = MomentumMix
+// DefaultMomentumPolicy is keep: a merge leaves the momentum alone. A
+// model that merges every few of its steps (the default pace) would lose
+// most of its momentum to mix, which scales it by 1-a at every merge
+// without the peer's momentum to mix in; measured, that needed more
+// samples to reach the target (docs/benchmarks.md, ablation).
+const DefaultMomentumPolicy = MomentumKeep
 
 var momentumNames = [...]string{MomentumKeep: "keep", MomentumReset: "reset", MomentumMix: "mix"}
 

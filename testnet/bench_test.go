@@ -767,7 +767,7 @@ func TestModeFlagsListOnlyWhatDiffersFromANodesDefaults(t *testing.T) {
 	// Values, not spellings: poly:0.50 is the default decay, FP16 the default
 	// precision; the gossip settings mean nothing to local and sync.
 	c.Staleness, c.WireDType, c.AvgInterval, c.Alpha = "poly:0.50", "fp16", 100*time.Millisecond, 0.3
-	c.Schedule, c.NonIID, c.NodeArgs = "cosine:warmup=4%", 0.5, []string{"--holdout", "500"}
+	c.Schedule, c.NonIID, c.NodeArgs = "cosine:warmup=0.40%", 0.5, []string{"--holdout", "500"}
 	check("gossip with overrides", c.ModeFlags(ModeGossip), "--non-iid 0.5", "--avg-interval 100ms", "--alpha 0.3", "--holdout 500")
 	check("local with overrides", c.ModeFlags(ModeLocal), "--mode local", "--non-iid 0.5", "--holdout 500")
 	c = QuickBenchConfig()
