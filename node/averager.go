@@ -231,11 +231,20 @@ func (a *averager) merge(from peer.ID, remote params.Snapshot, inbound bool) {
 	if !d.Merge {
 		return
 	}
-	err := n.trainer.Apply(func(w, mom []float32, p *params.Progress) error {
+	mix := func(w, mom []float32, p *params.Progress) error {
+		// MergeAt checks everything before it writes, and a mix of finite
+		// models stays finite: a trainer that can skip Apply's rollback
+		// copies may.
 		_, err := n.cfg.Merger.MergeAt(averaging.Local{Fingerprint: n.fp, Params: w, Momentum: mom, Progress: p,
 			Batch: n.cfg.Train.Batch}, remote, nil, d.Weight)
 		return err
-	})
+	}
+	var err error
+	if c, ok := n.trainer.(CheckedApplier); ok {
+		err = c.ApplyChecked(mix)
+	} else {
+		err = n.trainer.Apply(mix)
+	}
 	if err != nil {
 		n.log.Warn("merge refused", "peer", from, "err", err)
 		return

@@ -75,6 +75,11 @@ func (g *goTrainer) Apply(fn func(w, opt []float32, p *params.Progress) error) e
 	return g.t.Apply(fn)
 }
 
+// ApplyChecked: see CheckedApplier.
+func (g *goTrainer) ApplyChecked(fn func(w, opt []float32, p *params.Progress) error) error {
+	return g.t.ApplyChecked(fn)
+}
+
 func (g *goTrainer) State() TrainerState {
 	s := g.t.State()
 	own, _ := json.Marshal(s) // plain fields only: cannot fail

@@ -53,6 +53,15 @@ type Trainer interface {
 	Test(w []float32) (TestResult, error)
 }
 
+// CheckedApplier is implemented by a trainer that can run a merge that
+// checks its own inputs without Apply's rollback copies and scan (see
+// train.Trainer.ApplyChecked): fn leaves everything unchanged when it
+// fails and finite when it succeeds. The averager's merges use it where
+// it exists.
+type CheckedApplier interface {
+	ApplyChecked(fn func(w, opt []float32, p *params.Progress) error) error
+}
+
 // ReadyReporter is implemented by a trainer whose model may not exist yet
 // (an external trainer before its first push): the node serves no model
 // until Ready.

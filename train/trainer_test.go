@@ -292,6 +292,46 @@ func TestApply(t *testing.T) {
 	}
 }
 
+// ApplyChecked applies what fn writes and counts it; a failing fn (which
+// by contract wrote nothing) and an invalid progress are refused, leave
+// the progress as it was and are not counted.
+func TestApplyChecked(t *testing.T) {
+	trainSet, _ := splitSynthetic(t, 200)
+	tr := newTestTrainer(t, testConfig("softmax"), trainSet)
+	if _, err := tr.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := tr.Snapshot()
+	if err := tr.ApplyChecked(func(w, _ []float32, p *params.Progress) error {
+		for i := range w {
+			w[i] *= 0.5
+		}
+		*p = p.Mix(1000, 0.5)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	after := tr.Snapshot()
+	if after.Params[3] != 0.5*before.Params[3] || float64(after.Progress) != (32+1000)/2.0 || tr.Stats().Merges != 1 {
+		t.Fatalf("merge not applied or counted: %v -> %v, progress %v, merges %d",
+			before.Params[3], after.Params[3], after.Progress, tr.Stats().Merges)
+	}
+	for name, f := range map[string]func(w, mom []float32, p *params.Progress) error{
+		"error":    func(_, _ []float32, _ *params.Progress) error { return errors.New("peer went away") },
+		"progress": func(_, _ []float32, p *params.Progress) error { *p = params.Progress(math.NaN()); return nil },
+	} {
+		if err := tr.ApplyChecked(f); !errors.Is(err, ErrMerge) {
+			t.Errorf("%s: %v, want ErrMerge", name, err)
+		}
+		if now := tr.Snapshot(); now.Progress != after.Progress || !slicesEqual(now.Params, after.Params) {
+			t.Fatalf("%s: refused merge changed the model", name)
+		}
+	}
+	if tr.Stats().Merges != 1 {
+		t.Fatal("refused merges counted")
+	}
+}
+
 // Snapshots, merges, stats and evaluations from other goroutines while the
 // trainer loop steps: the race detector checks the ownership rules.
 func TestTrainerConcurrentUse(t *testing.T) {
