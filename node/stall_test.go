@@ -133,7 +133,15 @@ func TestStalledPartnerTimesOut(t *testing.T) {
 		t.Fatalf("in 5 stalled exchanges the trainer never took %d steps before the exchange ended", steps)
 	}
 
-	eventually(t, time.Minute, "two exchanges to time out", func() bool { return v.Status().ExchangeTimeouts >= 2 })
+	deadline := time.Now().Add(time.Minute)
+	for v.Status().ExchangeTimeouts < 2 {
+		if time.Now().After(deadline) {
+			st := v.Status()
+			t.Fatalf("after a minute: %d exchanges failed, %d timed out, %d streams held, rejected %v, started %d, peers %d, alone %+v, reachability %+v",
+				st.ExchangesFailed, st.ExchangeTimeouts, s.accepted.Load(), st.Gossip.Rejected, st.ExchangesStarted, st.Peers, st.Alone, st.Reachability)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	st := v.Status()
 	t.Logf("%d steps while an exchange hung; after %.1fs: %d steps, %d exchanges failed (%d timeouts), %d streams held, busy %.2f",
 		during, st.UptimeS, st.Step, st.ExchangesFailed, st.ExchangeTimeouts, s.accepted.Load(), st.BusyFraction)
