@@ -82,9 +82,9 @@ const (
 var ErrAllReduce = errors.New("gossip: all-reduce failed")
 
 // ReduceID names one reduction: every member must call AllReduce with the
-// same ID and member list. Round orders reductions (a peer's messages for a
-// later round wait until we start it); Group tells apart two attempts at
-// the same round.
+// same ID and member list, and no two reductions may share one (Group is a
+// nonce: it tells apart two attempts at the same round). A peer's messages
+// for a reduction we have not started wait, up to AheadWait, until we do.
 type ReduceID struct {
 	Round uint64
 	Group uint64
@@ -101,7 +101,9 @@ type AllReduceConfig struct {
 	// has started it, and how long opening a stream may take. Default 10s.
 	ChunkTimeout time.Duration
 	// AheadWait is how long a peer's message for a reduction we have not
-	// started may wait for it before the peer's stream is cut. Default 30s.
+	// started may wait for it before the peer's stream is cut (our own
+	// reduction may end first, or never start: the peer then gives up its
+	// own). Default 30s.
 	AheadWait time.Duration
 	// MaxMembers caps a reduction's member list. Default 64.
 	MaxMembers int
@@ -246,10 +248,11 @@ type AllReducer struct {
 	mu      sync.Mutex
 	closed  bool
 	cur     *reduceOp
-	latest  uint64        // the highest round started
+	ended   []ReduceID    // the last reductions run, newest last
 	started chan struct{} // closed and replaced when a reduction starts
 	inbound map[peer.ID]network.Stream
 	links   map[peer.ID]*reduceLink
+	broken  map[peer.ID]error // peers whose stream to us failed, until they open another
 
 	reductions, failures atomic.Uint64
 }
@@ -276,6 +279,7 @@ func NewAllReducer(h host.Host, cfg AllReduceConfig) (*AllReducer, error) {
 		log:     cfg.Logger.With("component", "gossip", "protocol", string(AllReduceProtocolID)),
 		started: make(chan struct{}),
 		inbound: make(map[peer.ID]network.Stream), links: make(map[peer.ID]*reduceLink),
+		broken: make(map[peer.ID]error),
 	}
 	a.rj = newRejecter(cfg.Counters, cfg.OnReject, a.log)
 	a.ctx, a.cancel = context.WithCancel(context.Background())
@@ -294,8 +298,12 @@ func (a *AllReducer) Stats() AllReduceStats {
 	return AllReduceStats{Reductions: a.reductions.Load(), Failures: a.failures.Load()}
 }
 
-// Close stops accepting streams, resets every stream, fails the reduction
-// in progress and waits for the readers. Safe to call more than once.
+// Close stops accepting streams, fails the reduction in progress, resets
+// the streams peers send on, and ends ours gracefully: what a finished
+// reduction sent is read by the peer before Close returns (within
+// ChunkTimeout), so a member that stops right after a round does not take
+// the round's last segments away from the others. Safe to call more than
+// once.
 func (a *AllReducer) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -312,14 +320,27 @@ func (a *AllReducer) Close() error {
 	links := a.links
 	a.links = map[peer.ID]*reduceLink{}
 	a.mu.Unlock()
+	var ends sync.WaitGroup
 	for _, l := range links {
-		l.mu.Lock()
-		if l.st != nil {
-			_ = l.st.Reset()
-			l.st = nil
-		}
-		l.mu.Unlock()
+		ends.Go(func() {
+			l.mu.Lock() // after the sender, which a.ctx stops
+			defer l.mu.Unlock()
+			if st := l.st; st != nil {
+				l.st = nil
+				_ = st.SetReadDeadline(time.Now().Add(a.cfg.ChunkTimeout))
+				if st.CloseWrite() != nil {
+					_ = st.Reset()
+					return
+				}
+				if _, err := io.Copy(io.Discard, st); err != nil {
+					_ = st.Reset()
+					return
+				}
+				_ = st.Close()
+			}
+		})
 	}
+	ends.Wait()
 	a.wg.Wait()
 	return nil
 }
@@ -342,10 +363,14 @@ func (a *AllReducer) accept(st network.Stream) {
 		_ = old.Reset()
 	}
 	a.inbound[p] = st
+	delete(a.broken, p)
 	a.wg.Add(1)
 	a.mu.Unlock()
 	defer a.wg.Done()
 	err := a.read(st, p)
+	if errors.Is(err, errSuperseded) {
+		err = nil
+	}
 	a.mu.Lock()
 	if a.inbound[p] == st {
 		delete(a.inbound, p)
@@ -355,6 +380,11 @@ func (a *AllReducer) accept(st network.Stream) {
 		_ = st.Reset()
 		if a.ctx.Err() == nil {
 			a.rj.reject(p, err)
+			a.mu.Lock()
+			if _, ok := a.inbound[p]; !ok {
+				a.broken[p] = err
+			}
+			a.mu.Unlock()
 			a.deliverErr(p, err)
 		}
 		return
@@ -396,7 +426,7 @@ func (a *AllReducer) read(st network.Stream, p peer.ID) error {
 		if !allFinite(data) {
 			return fmt.Errorf("%w: in an all-reduce message from round %d", ErrNonFinite, h.id.Round)
 		}
-		if err := a.deliver(reduceMsg{from: p, h: h, data: data}); err != nil {
+		if err := a.deliver(st, reduceMsg{from: p, h: h, data: data}); err != nil {
 			return err
 		}
 	}
@@ -415,17 +445,29 @@ func (a *AllReducer) free(v []float32) {
 	}
 }
 
-// deliver hands m to its reduction: at once if it runs, after a wait if it
-// is for a later round than any started; a message of a finished or
-// abandoned reduction is dropped.
-func (a *AllReducer) deliver(m reduceMsg) error {
+// errSuperseded ends the reader of a stream the peer has replaced.
+var errSuperseded = errors.New("gossip: all-reduce stream superseded")
+
+// maxEnded is how many ended reductions we remember, to drop their late
+// messages.
+const maxEnded = 16
+
+// deliver hands m, read from st, to its reduction: at once if it runs,
+// after a wait if we have not started it; a message of a reduction that
+// ended is dropped.
+func (a *AllReducer) deliver(st network.Stream, m reduceMsg) error {
 	timer := time.NewTimer(a.cfg.AheadWait)
 	defer timer.Stop()
 	for {
 		a.mu.Lock()
-		op, latest, started := a.cur, a.latest, a.started
+		op, started := a.cur, a.started
+		ended := slices.Contains(a.ended, m.h.id)
+		superseded := a.inbound[m.from] != st
 		a.mu.Unlock()
 		switch {
+		case superseded:
+			a.free(m.data)
+			return errSuperseded
 		case op != nil && op.id == m.h.id:
 			if !slices.Contains(op.members, m.from) {
 				return fmt.Errorf("%w: all-reduce message from a peer outside round %d", ErrProtocol, m.h.id.Round)
@@ -438,14 +480,15 @@ func (a *AllReducer) deliver(m reduceMsg) error {
 				return a.ctx.Err()
 			}
 			return nil
-		case m.h.id.Round <= latest:
+		case ended:
 			a.free(m.data) // a reduction we finished or gave up
 			return nil
 		}
 		select {
 		case <-started:
 		case <-timer.C:
-			return fmt.Errorf("%w: all-reduce message for round %d, we are at %d", ErrTimeout, m.h.id.Round, latest)
+			a.free(m.data)
+			return fmt.Errorf("%w: all-reduce message for round %d, which we did not start", ErrTimeout, m.h.id.Round)
 		case <-a.ctx.Done():
 			return a.ctx.Err()
 		}
@@ -502,15 +545,30 @@ func (a *AllReducer) AllReduce(ctx context.Context, id ReduceID, members []peer.
 		return fmt.Errorf("%w: %w", ErrAllReduce, ErrClosed)
 	}
 	a.cur = op
-	a.latest = max(a.latest, id.Round)
 	close(a.started)
 	a.started = make(chan struct{})
+	// A member whose stream to us broke and that is no longer connected
+	// is gone (a crashed process): fail now rather than at the deadline,
+	// or after a dial to it times out.
+	var err error
+	for _, p := range members {
+		if berr := a.broken[p]; berr != nil && a.h.Network().Connectedness(p) != network.Connected {
+			err = fmt.Errorf("member %s is gone: %w", p, berr)
+			break
+		}
+	}
 	a.mu.Unlock()
-	err := a.run(ctx, op, me, buf)
+	if err == nil {
+		err = a.run(ctx, op, me, buf)
+	}
 	a.mu.Lock()
 	close(op.done)
 	if a.cur == op {
 		a.cur = nil
+	}
+	a.ended = append(a.ended, id)
+	if len(a.ended) > maxEnded {
+		a.ended = slices.Delete(a.ended, 0, len(a.ended)-maxEnded)
 	}
 	a.mu.Unlock()
 	// Drain what readers left in the channel.
@@ -536,11 +594,14 @@ func (a *AllReducer) AllReduce(ctx context.Context, id ReduceID, members []peer.
 // run is one reduction: scatter our segments, sum and return ours, gather
 // everyone's.
 func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float32) error {
-	// Senders stop when ctx is cancelled, which must come first.
+	// Senders stop when ctx is cancelled, which must come first; Close
+	// cancels a.ctx.
 	var senders sync.WaitGroup
 	defer senders.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	stop := context.AfterFunc(a.ctx, cancel)
+	defer stop()
 	k := len(op.members)
 	n := len(buf)
 	lo, hi := segment(n, k, me)
@@ -582,6 +643,8 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 			return err
 		case <-ctx.Done():
 			return fmt.Errorf("%w: waiting for %d scattered and %d gathered elements: %w", ErrTimeout, scatterLeft, gatherLeft, ctx.Err())
+		case <-a.ctx.Done():
+			return ErrClosed
 		}
 		if m.err != nil {
 			return fmt.Errorf("stream from %s: %w", m.from, m.err)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/meshtrain/meshtrain/gossip"
@@ -20,13 +21,18 @@ import (
 // each step waits for the slowest member.
 //
 // Why averaging models is DDP: SGD with momentum and weight decay is linear
-// in the gradient. From identical (w, m), member i's step gives
-// m_i = mu m + g_i + wd w and w_i = w - lr m_i; the mean over k members is
-// mean(m_i) = mu m + mean(g) + wd w and mean(w_i) = w - lr mean(m_i), which
-// is exactly one step on the mean gradient, with k x the batch. So a round
-// is: a local Step, then the leader averages everyone's (params, momentum),
-// then every member applies the average, and everyone starts the next round
-// from identical (w, m) again. Progress grows by every member's batch.
+// in the gradient. From identical w, with member i's own momentum m_i,
+// member i's step gives m_i' = mu m_i + g_i + wd w and w_i = w - lr m_i';
+// the mean over k members is mean(m') = mu mean(m) + mean(g) + wd w and
+// mean(w_i) = w - lr mean(m'). So if mean(m) is the momentum DDP would hold,
+// mean(w_i) is exactly one DDP step on the mean gradient, with k x the
+// batch, and mean(m') is again DDP's momentum. A round is therefore: a
+// local Step, then an all-reduce of the parameters among the members (the
+// leader only says who the members are: gossip.SyncService), and every
+// member applies the mean. Momentum never travels: every member applies
+// the same averaged update and keeps its own momentum, whose mean is DDP's.
+// A joiner takes the leader's momentum along with the model. Progress grows
+// by every member's batch.
 //
 // Policy (the protocol itself is gossip.SyncService):
 //   - the group is the member list of the last round's result; the lowest
@@ -64,8 +70,10 @@ type SyncStatus struct {
 	// LeadersLost counts leaders given up on (no answer in time, or a
 	// broken stream).
 	LeadersLost int64 `json:"leaders_lost"`
-	// Protocol counters of this node's sync service.
-	Service gossip.SyncStats `json:"service"`
+	// Protocol counters of this node's sync service, and of its all-reduce
+	// data path (a failure: a member failed mid-round).
+	Service   gossip.SyncStats      `json:"service"`
+	AllReduce gossip.AllReduceStats `json:"all_reduce"`
 }
 
 // syncRetry is the pause before asking again after a refusal that says
@@ -130,8 +138,21 @@ func (n *Node) SyncStatus() SyncStatus {
 	v := s.view
 	v.Members = slices.Clone(v.Members)
 	s.mu.Unlock()
-	v.Service = s.svc.Stats()
+	v.Service, v.AllReduce = s.svc.Stats(), s.svc.AllReduceStats()
 	return v
+}
+
+// local is our model after a local step: what we contribute to a round,
+// found a group with, or all-reduce (the all-reduce overwrites Params).
+type local struct {
+	own gossip.Contribution
+	mom []float32
+}
+
+// current takes the trainer's model, between two steps.
+func (s *syncer) current() local {
+	st := s.n.trainer.State() // between two steps: nobody else steps
+	return local{own: gossip.Contribution{Round: st.Step, Progress: st.Progress, Base: s.state.Group, Params: st.Params}, mom: st.Opt}
 }
 
 // step runs after each local Step: it takes the trainer's model as our
@@ -139,31 +160,40 @@ func (n *Node) SyncStatus() SyncStatus {
 // applied (or we joined or founded a group instead). It returns only ctx's
 // error; every other failure is handled by asking someone else.
 func (s *syncer) step(ctx context.Context) error {
-	st := s.n.trainer.State() // between two steps: nobody else steps
-	own := gossip.Contribution{Round: st.Step, Progress: st.Progress, Params: st.Params, Momentum: st.Opt}
+	l := s.current()
 	for ctx.Err() == nil {
 		if !s.synced {
 			// Our step was not taken from the group's model: it is
 			// dropped, and the next one is our first in the group.
-			if s.join(ctx, own); s.synced {
+			if s.join(ctx, l); s.synced {
 				return nil
 			}
 			continue
 		}
+		l.own.Base = s.state.Group
 		leader := s.leader()
 		if leader == s.n.id {
-			if s.lead(ctx, own) {
+			if s.lead(ctx, &l) {
 				return nil
 			}
 			continue
 		}
-		res, err := s.svc.Contribute(ctx, leader, own)
+		res, err := s.svc.Contribute(ctx, leader, l.own)
 		if err == nil {
-			s.adopt(res)
+			s.adopt(res, l.mom)
 			return nil
 		}
 		if ctx.Err() != nil {
 			break
+		}
+		if errors.Is(err, gossip.ErrAllReduce) {
+			// A member failed mid-round. The members that finished hold
+			// the round's model and the leader (if it finished) serves
+			// it; we join again, and our vector is a partial mean.
+			s.log.Info("sync all-reduce failed", "round", l.own.Round, "err", err)
+			s.unsync(leader)
+			l = s.current()
+			continue
 		}
 		s.refused(ctx, leader, err)
 	}
@@ -172,25 +202,36 @@ func (s *syncer) step(ctx context.Context) error {
 
 // lead runs a round we lead; false means the round could not be run here
 // and the caller should look again at who leads.
-func (s *syncer) lead(ctx context.Context, own gossip.Contribution) bool {
+func (s *syncer) lead(ctx context.Context, l *local) bool {
 	if s.merge(ctx) {
 		return true
 	}
 	if err := s.svc.Lead(s.leadBase()); err != nil {
-		s.log.Warn("cannot lead the sync round", "round", own.Round, "err", err)
+		s.log.Warn("cannot lead the sync round", "round", l.own.Round, "err", err)
 		s.unsync("")
 		return false
 	}
-	res, err := s.svc.Reduce(ctx, own)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("sync round failed", "round", own.Round, "err", err)
-			s.unsync("")
-		}
+	res, err := s.svc.Reduce(ctx, l.own)
+	switch {
+	case err == nil:
+		s.adopt(res, l.mom)
+		return true
+	case ctx.Err() != nil:
 		return false
+	case errors.Is(err, gossip.ErrAllReduce):
+		// A member failed mid-round. We found a group anew from our own
+		// model (the members that did finish are refused by the new
+		// group's nonce and join it, as do the others): within one
+		// timeout the rest go on, and the failed member is not waited for.
+		s.log.Info("sync all-reduce failed; founding the group anew", "round", l.own.Round, "err", err)
+		s.svc.Unsync()
+		*l = s.current()
+		s.found(ctx, *l)
+		return s.synced
 	}
-	s.adopt(res)
-	return true
+	s.log.Warn("sync round failed", "round", l.own.Round, "err", err)
+	s.unsync("")
+	return false
 }
 
 // refused handles a failed contribution to leader.
@@ -302,14 +343,30 @@ func (s *syncer) candidates() []peer.ID {
 }
 
 // join adopts the model of a group some fresh sync peer belongs to, or, if
-// none answers with one, founds a group of our own with own.
-func (s *syncer) join(ctx context.Context, own gossip.Contribution) {
+// none answers with one, founds a group of our own with ours.
+func (s *syncer) join(ctx context.Context, ours local) {
 	tried := map[peer.ID]bool{s.n.id: true}
 	cands := s.candidates()
-	if s.rejoin != "" {
+	// The leader that sent us here is asked first, unless its connection
+	// is gone: then it is likely the member whose failure ended our round,
+	// and a dial to a dead peer can take a whole timeout.
+	connected := func(p peer.ID) bool { return s.n.host.Network().Connectedness(p) == network.Connected }
+	if s.rejoin != "" && connected(s.rejoin) {
 		cands = append([]peer.ID{s.rejoin}, cands...)
-		s.rejoin = ""
 	}
+	s.rejoin = ""
+	// Peers we are connected to first, for the same reason; the order
+	// among them (and among the others) stays.
+	slices.SortStableFunc(cands, func(a, b peer.ID) int {
+		ca, cb := connected(a), connected(b)
+		switch {
+		case ca && !cb:
+			return -1
+		case cb && !ca:
+			return 1
+		}
+		return 0
+	})
 	busy := false
 	for _, p := range cands {
 		for p != "" && !tried[p] && s.failed[p].IsZero() {
@@ -319,7 +376,7 @@ func (s *syncer) join(ctx context.Context, own gossip.Contribution) {
 				s.deferSince = time.Time{}
 				s.counts.joins++
 				s.log.Info("joined a sync group", "via", p, "round", res.Round, "members", len(res.Members))
-				s.adopt(res)
+				s.adopt(res, nil)
 				return
 			}
 			if ctx.Err() != nil {
@@ -349,7 +406,7 @@ func (s *syncer) join(ctx context.Context, own gossip.Contribution) {
 	// time. So only the node with the lowest ID among the candidates
 	// founds; the others ask again shortly and join its group. A lower node
 	// that does not found within twice the sync timeout is not waited for.
-	if lower := slices.ContainsFunc(cands, func(p peer.ID) bool { return p < s.n.id }); lower {
+	if lower := slices.ContainsFunc(cands, func(p peer.ID) bool { return p < s.n.id && s.failed[p].IsZero() }); lower {
 		if s.deferSince.IsZero() {
 			s.deferSince = time.Now()
 		}
@@ -359,13 +416,13 @@ func (s *syncer) join(ctx context.Context, own gossip.Contribution) {
 		}
 	}
 	s.deferSince = time.Time{}
-	s.found(ctx, own)
+	s.found(ctx, ours)
 }
 
 // found starts a group of our own from our model.
-func (s *syncer) found(ctx context.Context, own gossip.Contribution) {
-	st := gossip.SyncState{Round: own.Round, Progress: own.Progress, Params: own.Params, Momentum: own.Momentum,
-		Members: []peer.ID{s.n.id}}
+func (s *syncer) found(ctx context.Context, l local) {
+	st := gossip.SyncState{Round: l.own.Round, Progress: l.own.Progress, Group: gossip.NewGroup(),
+		Params: l.own.Params, Momentum: l.mom, Members: []peer.ID{s.n.id}}
 	if err := s.svc.Lead(st); err != nil {
 		// Our own model cannot be sent (it diverged): nothing to lead with.
 		s.log.Error("cannot found a sync group", "err", err)
@@ -373,7 +430,7 @@ func (s *syncer) found(ctx context.Context, own gossip.Contribution) {
 		return
 	}
 	s.counts.founded++
-	s.log.Info("founded a sync group", "round", own.Round)
+	s.log.Info("founded a sync group", "round", l.own.Round)
 	s.state, s.synced, s.forceLead = st, true, false
 	s.setView()
 }
@@ -384,7 +441,12 @@ func (s *syncer) found(ctx context.Context, own gossip.Contribution) {
 func (s *syncer) merge(ctx context.Context) bool {
 	now := time.Now()
 	for _, p := range s.candidates() {
-		if slices.Contains(s.state.Members, p) || now.Sub(s.probed[p]) < s.probeEvery {
+		// A peer we have no connection to is not probed: the probe runs
+		// inside our round, and a dial to a peer that just died (a member
+		// we dropped, still announced) can take a whole timeout. Live
+		// groups' members are connected by discovery and found then.
+		if slices.Contains(s.state.Members, p) || now.Sub(s.probed[p]) < s.probeEvery ||
+			s.n.host.Network().Connectedness(p) != network.Connected {
 			continue
 		}
 		s.probed[p] = now
@@ -405,7 +467,7 @@ func (s *syncer) merge(ctx context.Context) bool {
 		s.counts.joins++
 		s.log.Info("merged into a sync group further along", "leader", g.Leader, "round", res.Round,
 			"progress", float64(res.Progress), "ours", float64(s.state.Progress))
-		s.adopt(res)
+		s.adopt(res, nil)
 		return true
 	}
 	for p, at := range s.probed {
@@ -423,17 +485,24 @@ func preferGroup(theirs params.Progress, theirLeader peer.ID, ours params.Progre
 	return theirs > ours || theirs == ours && theirLeader < ourLeader
 }
 
-// adopt applies a group model and makes it the base of our next round.
-func (s *syncer) adopt(res gossip.SyncState) {
+// adopt applies a group model and makes it the base of our next round. A
+// round's result (mom set: our momentum after the step, which we keep)
+// replaces the parameters; a join's (mom nil) the momentum too.
+func (s *syncer) adopt(res gossip.SyncState, mom []float32) {
 	t := s.n.trainer
 	var err error
+	if mom != nil {
+		res.Momentum = mom
+	}
 	if t.Stats().Steps == res.Round {
-		err = t.Apply(func(w, mom []float32, p *params.Progress) error {
-			if len(res.Params) != len(w) || len(res.Momentum) != len(mom) {
+		err = t.Apply(func(w, m []float32, p *params.Progress) error {
+			if len(res.Params) != len(w) || len(res.Momentum) != len(m) {
 				return fmt.Errorf("node: sync model of %d values, ours has %d", len(res.Params), len(w))
 			}
 			copy(w, res.Params)
-			copy(mom, res.Momentum)
+			if mom == nil {
+				copy(m, res.Momentum)
+			}
 			*p = res.Progress
 			return nil
 		})
