@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -347,5 +348,22 @@ func BenchmarkAllReduce(b *testing.B) {
 			b.ReportMetric(float64(c.Microseconds())/1e3, "copy-ms")
 			b.ReportMetric(float64(r)/float64(c), "ratio")
 		})
+	}
+}
+
+// TestAllReduceWire pins the header layout of docs/protocol.md.
+func TestAllReduceWire(t *testing.T) {
+	h := reduceHeader{kind: reduceScatter, id: ReduceID{Round: 258, Group: 0x0102030405060708}, total: 235146, offset: 58786, count: 58787}
+	b := h.marshal()
+	want := "4d544152" + "01" + "01" + "0000" + "0201000000000000" + "0807060504030201" +
+		"8a96030000000000" + "a2e5000000000000" + "a3e50000" + "00000000"
+	if got := hex.EncodeToString(b[:]); got != want {
+		t.Fatalf("header\n got %s\nwant %s", got, want)
+	}
+	if lo, hi := segment(235146, 4, 1); lo != 58786 || hi != 117573 {
+		t.Fatalf("member 1's segment [%d, %d)", lo, hi)
+	}
+	if got, err := parseReduceHeader(b[:], 1<<20); err != nil || got != h {
+		t.Fatalf("round trip: %+v, %v", got, err)
 	}
 }
