@@ -81,6 +81,36 @@ const (
 // of our own values and partial results and must not be used.
 var ErrAllReduce = errors.New("gossip: all-reduce failed")
 
+// AllReduceError is a failed reduction. It wraps ErrAllReduce and the
+// cause; Peer is the member it failed on (whose stream broke, who sent a
+// bad message, or to whom we could not send), or empty if it is not known
+// (a deadline passed).
+type AllReduceError struct {
+	Round uint64
+	Peer  peer.ID
+	Err   error
+}
+
+func (e *AllReduceError) Error() string {
+	if e.Peer != "" {
+		return fmt.Sprintf("gossip: all-reduce failed: round %d, on %s: %v", e.Round, e.Peer, e.Err)
+	}
+	return fmt.Sprintf("gossip: all-reduce failed: round %d: %v", e.Round, e.Err)
+}
+
+func (e *AllReduceError) Unwrap() []error { return []error{ErrAllReduce, e.Err} }
+
+// peerError attributes a failure inside a reduction to a member.
+type peerError struct {
+	p   peer.ID
+	err error
+}
+
+func (e *peerError) Error() string { return e.err.Error() }
+func (e *peerError) Unwrap() error { return e.err }
+
+func onPeer(p peer.ID, err error) error { return &peerError{p: p, err: err} }
+
 // ReduceID names one reduction: every member must call AllReduce with the
 // same ID and member list, and no two reductions may share one (Group is a
 // nonce: it tells apart two attempts at the same round). A peer's messages
@@ -553,7 +583,7 @@ func (a *AllReducer) AllReduce(ctx context.Context, id ReduceID, members []peer.
 	var err error
 	for _, p := range members {
 		if berr := a.broken[p]; berr != nil && a.h.Network().Connectedness(p) != network.Connected {
-			err = fmt.Errorf("member %s is gone: %w", p, berr)
+			err = onPeer(p, fmt.Errorf("member %s is gone: %w", p, berr))
 			break
 		}
 	}
@@ -585,7 +615,12 @@ func (a *AllReducer) AllReduce(ctx context.Context, id ReduceID, members []peer.
 		if a.ctx.Err() != nil {
 			err = fmt.Errorf("%w: %w", err, ErrClosed)
 		}
-		return fmt.Errorf("%w: round %d: %w", ErrAllReduce, id.Round, err)
+		re := &AllReduceError{Round: id.Round, Err: err}
+		var pe *peerError
+		if errors.As(err, &pe) {
+			re.Peer = pe.p
+		}
+		return re
 	}
 	a.reductions.Add(1)
 	return nil
@@ -618,7 +653,7 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 		senders.Go(func() {
 			defer close(scattered[j])
 			if err := a.send(ctx, p, reduceScatter, op.id, n, jlo, buf[jlo:jhi]); err != nil {
-				sendErr <- err
+				sendErr <- onPeer(p, err)
 			}
 		})
 	}
@@ -647,7 +682,7 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 			return ErrClosed
 		}
 		if m.err != nil {
-			return fmt.Errorf("stream from %s: %w", m.from, m.err)
+			return onPeer(m.from, fmt.Errorf("stream from %s: %w", m.from, m.err))
 		}
 		j := slices.Index(op.members, m.from)
 		off, cnt := int(m.h.offset), int(m.h.count)
@@ -692,7 +727,7 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 		if bad != nil {
 			a.rj.reject(m.from, bad)
 			a.cutOff(m.from)
-			return bad
+			return onPeer(m.from, bad)
 		}
 	}
 	cancelOnError := make(chan struct{})
@@ -734,7 +769,7 @@ func (a *AllReducer) finishSegment(ctx context.Context, op *reduceOp, me int, ow
 		}
 		senders.Go(func() {
 			if err := a.send(ctx, p, reduceGather, op.id, len(buf), lo, seg); err != nil {
-				sendErr <- err
+				sendErr <- onPeer(p, err)
 			}
 		})
 	}

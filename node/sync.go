@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/meshtrain/meshtrain/averaging"
 	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/params"
 )
@@ -100,6 +101,11 @@ type syncer struct {
 	deferSince time.Time             // since when we leave founding to a lower peer
 	counts     struct{ joins, founded, lost int64 }
 
+	// Diloco mode: the outer optimizer (nil in sync mode), the inner steps
+	// taken this round and how many to take.
+	outer         *averaging.Outer
+	inner, target int
+
 	mu   sync.Mutex
 	view SyncStatus
 }
@@ -110,6 +116,12 @@ func (n *Node) newSyncer() (*syncer, error) {
 	c.MaxElements, c.ChunkSize, c.ChunkTimeout = n.cfg.Exchange.MaxElements, n.cfg.Exchange.ChunkSize, n.cfg.Exchange.ChunkTimeout
 	c.Timeout = n.cfg.SyncTimeout
 	c.MaxProgressDelta = float64(n.cfg.Train.Batch)
+	var outer *averaging.Outer
+	if n.cfg.Mode == ModeDiloco {
+		// A round adds up to InnerSteps batches per member.
+		c.MaxProgressDelta *= float64(n.cfg.InnerSteps)
+		outer = &averaging.Outer{LR: n.cfg.OuterLR, Momentum: n.cfg.OuterMomentum}
+	}
 	c.Counters, c.Logger, c.OnReject = &n.counters, n.baseLog, n.cfg.Exchange.OnReject
 	// The exchange's limiter: MaxUpload caps both protocols together.
 	c.UploadLimiter = n.svc.UploadLimiter()
@@ -121,8 +133,8 @@ func (n *Node) newSyncer() (*syncer, error) {
 		return nil, err
 	}
 	return &syncer{
-		n: n, svc: svc, log: n.log.With("mode", "sync"), probeEvery: n.cfg.Announce.Interval,
-		failed: make(map[peer.ID]time.Time), probed: make(map[peer.ID]time.Time),
+		n: n, svc: svc, log: n.log.With("mode", string(n.cfg.Mode)), probeEvery: n.cfg.Announce.Interval,
+		failed: make(map[peer.ID]time.Time), probed: make(map[peer.ID]time.Time), outer: outer,
 	}, nil
 }
 
@@ -142,17 +154,36 @@ func (n *Node) SyncStatus() SyncStatus {
 	return v
 }
 
-// local is our model after a local step: what we contribute to a round,
-// found a group with, or all-reduce (the all-reduce overwrites Params).
+// local is our model after a local step: what we contribute to a round
+// (the all-reduce overwrites own.Params), and the model we would found a
+// group with.
 type local struct {
-	own gossip.Contribution
-	mom []float32
+	own  gossip.Contribution
+	mom  []float32 // sync: our momentum after the step, which we keep
+	base gossip.SyncState
 }
 
-// current takes the trainer's model, between two steps.
+// current takes the trainer's model, between two steps. In sync mode we
+// contribute our parameters to round = our step; in diloco mode our
+// pseudo-gradient (the group's model minus ours) to the next outer round.
 func (s *syncer) current() local {
 	st := s.n.trainer.State() // between two steps: nobody else steps
-	return local{own: gossip.Contribution{Round: st.Step, Progress: st.Progress, Base: s.state.Group, Params: st.Params}, mom: st.Opt}
+	if s.outer == nil {
+		own := gossip.Contribution{Round: st.Step, Progress: st.Progress, Base: s.state.Group, Params: st.Params}
+		return local{own: own, mom: st.Opt,
+			base: gossip.SyncState{Round: st.Step, Progress: st.Progress, Params: st.Params, Momentum: st.Opt}}
+	}
+	d := make([]float32, len(st.Params))
+	if s.synced && len(s.state.Params) == len(d) {
+		_ = averaging.PseudoGradient(d, s.state.Params, st.Params)
+	}
+	buf := s.outer.Buf
+	if buf == nil {
+		buf = make([]float32, len(st.Params))
+	}
+	own := gossip.Contribution{Round: s.state.Round + 1, Progress: st.Progress, Base: s.state.Group, Params: d}
+	return local{own: own,
+		base: gossip.SyncState{Round: s.state.Round, Progress: st.Progress, Params: st.Params, Momentum: slices.Clone(buf)}}
 }
 
 // step runs after each local Step: it takes the trainer's model as our
@@ -160,6 +191,12 @@ func (s *syncer) current() local {
 // applied (or we joined or founded a group instead). It returns only ctx's
 // error; every other failure is handled by asking someone else.
 func (s *syncer) step(ctx context.Context) error {
+	if s.outer != nil && s.synced {
+		// Diloco: inner steps need nobody until this round's are done.
+		if s.inner++; s.inner < s.target {
+			return nil
+		}
+	}
 	l := s.current()
 	for ctx.Err() == nil {
 		if !s.synced {
@@ -180,7 +217,7 @@ func (s *syncer) step(ctx context.Context) error {
 		}
 		res, err := s.svc.Contribute(ctx, leader, l.own)
 		if err == nil {
-			s.adopt(res, l.mom)
+			s.adopt(res, l.mom, false)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -191,6 +228,7 @@ func (s *syncer) step(ctx context.Context) error {
 			// the round's model and the leader (if it finished) serves
 			// it; we join again, and our vector is a partial mean.
 			s.log.Info("sync all-reduce failed", "round", l.own.Round, "err", err)
+			s.reduceFailed(err)
 			s.unsync(leader)
 			l = s.current()
 			continue
@@ -214,7 +252,7 @@ func (s *syncer) lead(ctx context.Context, l *local) bool {
 	res, err := s.svc.Reduce(ctx, l.own)
 	switch {
 	case err == nil:
-		s.adopt(res, l.mom)
+		s.adopt(res, l.mom, false)
 		return true
 	case ctx.Err() != nil:
 		return false
@@ -224,6 +262,7 @@ func (s *syncer) lead(ctx context.Context, l *local) bool {
 		// group's nonce and join it, as do the others): within one
 		// timeout the rest go on, and the failed member is not waited for.
 		s.log.Info("sync all-reduce failed; founding the group anew", "round", l.own.Round, "err", err)
+		s.reduceFailed(err)
 		s.svc.Unsync()
 		*l = s.current()
 		s.found(ctx, *l)
@@ -232,6 +271,15 @@ func (s *syncer) lead(ctx context.Context, l *local) bool {
 	s.log.Warn("sync round failed", "round", l.own.Round, "err", err)
 	s.unsync("")
 	return false
+}
+
+// reduceFailed gives up on the member an all-reduce failed on, if known,
+// until it announces again: neither a join nor the next group asks it.
+func (s *syncer) reduceFailed(err error) {
+	var re *gossip.AllReduceError
+	if errors.As(err, &re) && re.Peer != "" && re.Peer != s.n.id {
+		s.failed[re.Peer] = time.Now()
+	}
 }
 
 // refused handles a failed contribution to leader.
@@ -335,7 +383,7 @@ func (s *syncer) candidates() []peer.ID {
 	s.forgive()
 	var out []peer.ID
 	for _, p := range s.n.ann.Fresh() { // sorted by ID
-		if p.Peer != s.n.id && p.Fingerprint == s.n.fp && p.Mode == string(ModeSync) && s.failed[p.Peer].IsZero() {
+		if p.Peer != s.n.id && p.Fingerprint == s.n.fp && p.Mode == string(s.n.cfg.Mode) && s.failed[p.Peer].IsZero() {
 			out = append(out, p.Peer)
 		}
 	}
@@ -351,7 +399,7 @@ func (s *syncer) join(ctx context.Context, ours local) {
 	// is gone: then it is likely the member whose failure ended our round,
 	// and a dial to a dead peer can take a whole timeout.
 	connected := func(p peer.ID) bool { return s.n.host.Network().Connectedness(p) == network.Connected }
-	if s.rejoin != "" && connected(s.rejoin) {
+	if s.rejoin != "" && connected(s.rejoin) && s.failed[s.rejoin].IsZero() {
 		cands = append([]peer.ID{s.rejoin}, cands...)
 	}
 	s.rejoin = ""
@@ -376,7 +424,7 @@ func (s *syncer) join(ctx context.Context, ours local) {
 				s.deferSince = time.Time{}
 				s.counts.joins++
 				s.log.Info("joined a sync group", "via", p, "round", res.Round, "members", len(res.Members))
-				s.adopt(res, nil)
+				s.adopt(res, nil, true)
 				return
 			}
 			if ctx.Err() != nil {
@@ -421,8 +469,8 @@ func (s *syncer) join(ctx context.Context, ours local) {
 
 // found starts a group of our own from our model.
 func (s *syncer) found(ctx context.Context, l local) {
-	st := gossip.SyncState{Round: l.own.Round, Progress: l.own.Progress, Group: gossip.NewGroup(),
-		Params: l.own.Params, Momentum: l.mom, Members: []peer.ID{s.n.id}}
+	st := l.base
+	st.Group, st.Members = gossip.NewGroup(), []peer.ID{s.n.id}
 	if err := s.svc.Lead(st); err != nil {
 		// Our own model cannot be sent (it diverged): nothing to lead with.
 		s.log.Error("cannot found a sync group", "err", err)
@@ -430,8 +478,9 @@ func (s *syncer) found(ctx context.Context, l local) {
 		return
 	}
 	s.counts.founded++
-	s.log.Info("founded a sync group", "round", l.own.Round)
+	s.log.Info("founded a sync group", "round", st.Round)
 	s.state, s.synced, s.forceLead = st, true, false
+	s.startRound()
 	s.setView()
 }
 
@@ -467,7 +516,7 @@ func (s *syncer) merge(ctx context.Context) bool {
 		s.counts.joins++
 		s.log.Info("merged into a sync group further along", "leader", g.Leader, "round", res.Round,
 			"progress", float64(res.Progress), "ours", float64(s.state.Progress))
-		s.adopt(res, nil)
+		s.adopt(res, nil, true)
 		return true
 	}
 	for p, at := range s.probed {
@@ -485,13 +534,18 @@ func preferGroup(theirs params.Progress, theirLeader peer.ID, ours params.Progre
 	return theirs > ours || theirs == ours && theirLeader < ourLeader
 }
 
-// adopt applies a group model and makes it the base of our next round. A
-// round's result (mom set: our momentum after the step, which we keep)
-// replaces the parameters; a join's (mom nil) the momentum too.
-func (s *syncer) adopt(res gossip.SyncState, mom []float32) {
+// adopt applies a group model and makes it the base of our next round. In
+// sync mode a round's result replaces the parameters (mom is our momentum
+// after the step, which we keep); a join's (joined) the momentum too. In
+// diloco mode see adoptOuter.
+func (s *syncer) adopt(res gossip.SyncState, mom []float32, joined bool) {
+	if s.outer != nil {
+		s.adoptOuter(res, joined)
+		return
+	}
 	t := s.n.trainer
 	var err error
-	if mom != nil {
+	if !joined {
 		res.Momentum = mom
 	}
 	if t.Stats().Steps == res.Round {
@@ -500,7 +554,7 @@ func (s *syncer) adopt(res gossip.SyncState, mom []float32) {
 				return fmt.Errorf("node: sync model of %d values, ours has %d", len(res.Params), len(w))
 			}
 			copy(w, res.Params)
-			if mom == nil {
+			if joined {
 				copy(m, res.Momentum)
 			}
 			*p = res.Progress
@@ -518,7 +572,58 @@ func (s *syncer) adopt(res gossip.SyncState, mom []float32) {
 		s.unsync("")
 		return
 	}
+	s.settle(res)
+}
+
+// adoptOuter is diloco's adopt. A round's result is the mean
+// pseudo-gradient: the outer optimizer steps the group's model with it,
+// and the trainer takes the new model (its inner momentum stays). A join's
+// is the group's model and outer momentum, which the trainer and our outer
+// optimizer take. Either way the model and the outer momentum become the
+// base a joiner gets.
+func (s *syncer) adoptOuter(res gossip.SyncState, joined bool) {
+	next := *s.outer
+	theta := res.Params
+	if joined {
+		next.Buf = nil
+		if len(res.Momentum) == len(res.Params) {
+			next.Buf = slices.Clone(res.Momentum)
+		}
+	} else {
+		theta = make([]float32, len(res.Params))
+		next.Buf = slices.Clone(next.Buf)
+		if err := next.Step(theta, s.state.Params, res.Params); err != nil {
+			s.log.Warn("outer step failed", "round", res.Round, "err", err)
+			s.unsync("")
+			return
+		}
+	}
+	err := s.n.trainer.Apply(func(w, _ []float32, p *params.Progress) error {
+		if len(theta) != len(w) {
+			return fmt.Errorf("node: diloco model of %d values, ours has %d", len(theta), len(w))
+		}
+		copy(w, theta)
+		*p = res.Progress
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("diloco model not applied", "round", res.Round, "err", err)
+		s.unsync("")
+		return
+	}
+	*s.outer = next
+	res.Params = theta
+	if res.Momentum = slices.Clone(next.Buf); res.Momentum == nil {
+		res.Momentum = make([]float32, len(theta))
+	}
+	s.settle(res)
+}
+
+// settle makes res our group's model at a round boundary: the base of our
+// next round, which we lead or follow.
+func (s *syncer) settle(res gossip.SyncState) {
 	s.state, s.synced, s.forceLead, s.hint = res, true, false, ""
+	s.startRound()
 	for _, p := range res.Members {
 		delete(s.failed, p) // alive as of this round
 	}
@@ -530,6 +635,26 @@ func (s *syncer) adopt(res gossip.SyncState, mom []float32) {
 		s.svc.Follow(l)
 	}
 	s.setView()
+}
+
+// startRound starts counting a round's inner steps (diloco) and publishes
+// the group's progress, which is diloco's run clock.
+func (s *syncer) startRound() {
+	setF64(&s.n.groupProgress, float64(s.state.Progress))
+	if s.outer == nil {
+		return
+	}
+	s.inner, s.target = 0, s.n.cfg.InnerSteps
+	if s.n.cfg.InnerScaling == InnerScalingSpeed {
+		own := s.n.trainer.Stats().SamplesPerSec
+		fastest := own
+		for _, p := range s.n.ann.Fresh() {
+			if slices.Contains(s.state.Members, p.Peer) && p.SamplesPerSec > fastest {
+				fastest = p.SamplesPerSec
+			}
+		}
+		s.target = averaging.ScaledInnerSteps(s.target, own, fastest)
+	}
 }
 
 // unsync leaves the group; the next step joins one again, asking via first.

@@ -188,10 +188,16 @@ func (l *lockedBuffer) String() string {
 // announce. None runs yet.
 func newSyncNodes(t *testing.T, network string, slowdowns []float64, maxSteps int64) []*syncRun {
 	t.Helper()
+	return newSyncNodesWith(t, network, slowdowns, func(c *Config) { c.MaxSteps = maxSteps })
+}
+
+// newSyncNodesWith is newSyncNodes with edit applied to every config.
+func newSyncNodesWith(t *testing.T, network string, slowdowns []float64, edit func(*Config)) []*syncRun {
+	t.Helper()
 	nodes := make([]*syncRun, len(slowdowns))
 	for i, f := range slowdowns {
 		cfg := syncConfig(network, f)
-		cfg.MaxSteps = maxSteps
+		edit(&cfg)
 		cfg.Train.Shard = fmt.Sprintf("%d/%d", i, len(slowdowns))
 		cfg.Train.OrderSeed = uint64(i)
 		if i > 0 {
@@ -547,4 +553,73 @@ func TestSyncKilledMidRound(t *testing.T) {
 		t.Errorf("the rest went on after %v, want within %v", took, limit)
 	}
 	victim.stop(t)
+}
+
+// TestDilocoRounds runs three diloco nodes through a run of one pass over
+// the synthetic set on the run clock, which in diloco mode is the group
+// model's progress: they form one group, every member ends the run after
+// the same outer round, and all end bit-identical (every member applies the
+// same outer step to the same model).
+func TestDilocoRounds(t *testing.T) {
+	checkNoLeaks(t)
+	const h = 4
+	nodes := newDilocoNodes(t, "diloco-rounds", []float64{1, 1, 2}, func(c *Config) {
+		c.InnerSteps = h
+		c.Epochs = 1
+	})
+	for _, r := range nodes {
+		r.start()
+	}
+	var snaps [][]float32
+	var rounds []int64
+	for i, r := range nodes {
+		r.wait(t)
+		s := r.res.Snapshot
+		v := r.SyncStatus()
+		t.Logf("node %d: step %d, progress %v, round %d, members %d, all-reduces %+v", i, s.Step, float64(s.Progress), v.Round, len(v.Members), v.AllReduce)
+		if len(v.Members) != 3 || v.Round < 5 {
+			t.Errorf("node %d ended at round %d in a group of %d, want 5 or more and 3", i, v.Round, len(v.Members))
+		}
+		snaps, rounds = append(snaps, s.Params), append(rounds, v.Round)
+	}
+	for i := 1; i < len(snaps); i++ {
+		if rounds[i] != rounds[0] || !slices.Equal(snaps[i], snaps[0]) {
+			t.Fatalf("node %d ended at round %d with another model than node 0 at round %d", i, rounds[i], rounds[0])
+		}
+	}
+}
+
+// TestDilocoSpeedScaling: with --inner-steps-scaling speed a node four
+// times slower takes about a quarter of the fast node's inner steps per
+// round, so the fast one does not wait for it.
+func TestDilocoSpeedScaling(t *testing.T) {
+	checkNoLeaks(t)
+	nodes := newDilocoNodes(t, "diloco-speed", []float64{2, 8}, func(c *Config) {
+		c.InnerSteps = 8
+		c.InnerScaling = InnerScalingSpeed
+	})
+	for _, r := range nodes {
+		r.start()
+	}
+	syncWait(t, time.Minute, "a few rounds", func() bool { return grouped(nodes) && nodes[0].SyncStatus().Round >= 3 })
+	before := []int64{nodes[0].Status().Step, nodes[1].Status().Step}
+	r0 := nodes[0].SyncStatus().Round
+	syncWait(t, time.Minute, "more rounds", func() bool { return nodes[0].SyncStatus().Round >= r0+4 })
+	fast, slow := nodes[0].Status().Step-before[0], nodes[1].Status().Step-before[1]
+	t.Logf("over 4 rounds: fast node %d steps, slow node %d steps", fast, slow)
+	if ratio := float64(fast) / float64(max(slow, 1)); ratio < 2.5 || ratio > 6 {
+		t.Errorf("fast/slow inner steps %.2f, want about 4", ratio)
+	}
+	// Without the scaling the fast node would wait 3/4 of the time.
+	if w := nodes[0].Status().NetworkWaitS / nodes[0].Status().UptimeS; w > 0.4 {
+		t.Errorf("the fast node waited %.2f of its time", w)
+	}
+}
+
+func newDilocoNodes(t *testing.T, network string, slowdowns []float64, edit func(*Config)) []*syncRun {
+	t.Helper()
+	return newSyncNodesWith(t, network, slowdowns, func(c *Config) {
+		c.Mode = ModeDiloco
+		edit(c)
+	})
 }
