@@ -80,7 +80,7 @@ func benchConfig(e *env, args []string) (cfg testnet.BenchConfig, render string,
 	epochs := fs.Float64("epochs", d.Epochs,
 		"length of gossip's run (and gossip-const's and local's) in passes over the training set on the run clock; every node ends it by itself")
 	schedule := fs.String("schedule", d.Schedule, "LR schedule over every run that ends by itself (sync's report runs too)")
-	modes := fs.String("modes", strings.Join(d.Modes, ","), "modes to compare: gossip, gossip-const, sync, local")
+	modes := fs.String("modes", strings.Join(d.Modes, ","), "modes to compare: gossip, gossip-const, sync, diloco, diloco-speed, local")
 	var nets listFlag
 	fs.Var(&nets, "net", "network between the nodes: loopback (default), or wan:RTT,RATE[,LOSS] (e.g. wan:40ms,100mbit,0.1%), "+
 		"emulated in user space; repeat it to run the whole benchmark on each network in turn")

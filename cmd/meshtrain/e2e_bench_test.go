@@ -20,7 +20,8 @@ import (
 // TestBenchQuick runs `meshtrain bench --quick` (every mode, one seed, no
 // tuning, a minute or two on two cores, on loopback) and checks what CI
 // relies on: results.json is well-formed; gossip ran with the node's
-// defaults but its short run, and every gossip-like run ended by itself;
+// defaults but its short run, and every gossip-like (and diloco) run ended
+// by itself;
 // sync ran until gossip's wall time W; and the throughputs keep to the
 // profile's structure (see below).
 func TestBenchQuick(t *testing.T) {
@@ -55,7 +56,9 @@ func TestBenchQuick(t *testing.T) {
 	want := map[string][]string{
 		testnet.ModeGossip:      {fmt.Sprintf("--epochs %d", testnet.QuickEpochs)},
 		testnet.ModeGossipConst: {fmt.Sprintf("--epochs %d", testnet.QuickEpochs), "--staleness const"},
-		testnet.ModeSync:        {"--mode sync", "--lr 0.1", "--schedule const", "--epochs 0"}, // sync keeps a rate of its own
+		testnet.ModeSync:        {"--mode sync", "--schedule const", "--epochs 0"}, // sync keeps a rate of its own
+		testnet.ModeDiloco:      {"--mode diloco", fmt.Sprintf("--epochs %d", testnet.QuickEpochs)},
+		testnet.ModeDilocoSpeed: {"--mode diloco", fmt.Sprintf("--epochs %d", testnet.QuickEpochs), "--inner-steps-scaling speed"},
 		testnet.ModeLocal:       {"--mode local", fmt.Sprintf("--epochs %d", testnet.QuickEpochs)},
 	}
 	if !reflect.DeepEqual(res.Settings.DiffersFromDefaults, want) {
