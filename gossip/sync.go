@@ -225,7 +225,8 @@ func (e *SyncRefusal) Error() string {
 // SyncStats counts sync traffic. Bytes and refused inputs are counted in the
 // shared Counters.
 type SyncStats struct {
-	// RoundsLed counts rounds this service averaged as leader.
+	// RoundsLed counts rounds this service sealed as leader (answered with
+	// their member list).
 	RoundsLed uint64 `json:"rounds_led"`
 	// RoundsDone counts our own contributions answered with a round's
 	// average; JoinsDone our joins answered with a model.
@@ -278,7 +279,7 @@ type syncRound struct {
 	expected map[peer.ID]struct{}
 	contribs map[peer.ID]params.Progress
 	deadline time.Time
-	sealed   bool // being averaged: no contribution or join enters any more
+	sealed   bool // being sealed: no contribution or join enters any more
 	finished bool // done is closed
 	notify   chan struct{}
 	done     chan struct{}
