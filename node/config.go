@@ -320,9 +320,11 @@ func (c Config) Validate() error {
 		if c.InnerScaling != InnerScalingNone && c.InnerScaling != InnerScalingSpeed {
 			bad("inner-steps-scaling %q: want none or speed", c.InnerScaling)
 		}
-		o := averaging.Outer{LR: c.OuterLR, Momentum: c.OuterMomentum}
-		if err := o.Validate(); err != nil {
-			bad("outer-lr %v, outer-momentum %v: %v", c.OuterLR, c.OuterMomentum, err)
+		if o := (averaging.Outer{LR: c.OuterLR}); o.Validate() != nil {
+			bad("outer-lr %v: must be finite and > 0", c.OuterLR)
+		}
+		if o := (averaging.Outer{LR: 1, Momentum: c.OuterMomentum}); o.Validate() != nil {
+			bad("outer-momentum %v: must be in [0, 1)", c.OuterMomentum)
 		}
 		if c.Host.DiscoveryInterval < 0 {
 			bad("discovery-interval %v: must be >= 0", c.Host.DiscoveryInterval)
