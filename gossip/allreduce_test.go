@@ -201,6 +201,13 @@ func TestAllReduceHostile(t *testing.T) {
 				defer cancel()
 				done <- victim.r.AllReduce(ctx, id, ids, make([]float32, n))
 			}()
+			// A message that arrives before the reduction starts fails it
+			// only at its deadline: send once it runs.
+			eventually(t, "the reduction to start", func() bool {
+				victim.r.mu.Lock()
+				defer victim.r.mu.Unlock()
+				return victim.r.cur != nil
+			})
 			st, err := attacker.h.NewStream(t.Context(), victim.h.ID(), AllReduceProtocolID)
 			if err != nil {
 				t.Fatal(err)
