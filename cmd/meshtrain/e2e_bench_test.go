@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/testnet"
 )
 
@@ -53,10 +54,15 @@ func TestBenchQuick(t *testing.T) {
 		t.Errorf("W %.2f s on seed %d, from a %s run that ended %q after %.2f s, want gossip's complete run on seed 1", w,
 			res.Settings.WSeed, ref.Mode, ref.End, ref.WallS)
 	}
+	// Sync keeps a rate of its own, listed when it is not the node's.
+	syncDiff := []string{"--mode sync"}
+	if lr := testnet.QuickBenchConfig().FixedLR[testnet.ModeSync]; lr != node.DefaultLR {
+		syncDiff = append(syncDiff, fmt.Sprintf("--lr %g", lr))
+	}
 	want := map[string][]string{
 		testnet.ModeGossip:      {fmt.Sprintf("--epochs %d", testnet.QuickEpochs)},
 		testnet.ModeGossipConst: {fmt.Sprintf("--epochs %d", testnet.QuickEpochs), "--staleness const"},
-		testnet.ModeSync:        {"--mode sync", "--schedule const", "--epochs 0"}, // sync keeps a rate of its own
+		testnet.ModeSync:        append(syncDiff, "--schedule const", "--epochs 0"),
 		testnet.ModeDiloco:      {"--mode diloco", fmt.Sprintf("--epochs %d", testnet.QuickEpochs)},
 		testnet.ModeDilocoSpeed: {"--mode diloco", fmt.Sprintf("--epochs %d", testnet.QuickEpochs), "--inner-steps-scaling speed"},
 		testnet.ModeLocal:       {"--mode local", fmt.Sprintf("--epochs %d", testnet.QuickEpochs)},
