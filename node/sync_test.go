@@ -563,7 +563,9 @@ func TestSyncKilledMidRound(t *testing.T) {
 func TestDilocoRounds(t *testing.T) {
 	checkNoLeaks(t)
 	const h = 4
-	nodes := newDilocoNodes(t, "diloco-rounds", []float64{1, 1, 2}, func(c *Config) {
+	// Emulated steps (50 to 100 ms), so a node that starts first does not
+	// run the whole short run alone before the others are up.
+	nodes := newDilocoNodes(t, "diloco-rounds", []float64{2, 2, 4}, func(c *Config) {
 		c.InnerSteps = h
 		c.Epochs = 1
 	})
