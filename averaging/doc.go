@@ -1,6 +1,8 @@
 // Package averaging owns the math of combining models: staleness functions,
 // the merge rule, what a merge does to optimizer momentum, push-sum weights,
-// and robust aggregation (delta clipping, trimmed mean).
+// robust aggregation (delta clipping, trimmed mean), and DiLoCo's outer
+// optimizer (Outer: Nesterov on the mean pseudo-gradient, and the DyLU rule
+// that scales a worker's inner steps by its speed).
 //
 // It is pure: no I/O, goroutines, clock or logging. Callers own the vectors
 // and the locking; every function here either updates the slices it is

@@ -25,6 +25,9 @@ var (
 	// ErrFingerprint reports a remote model trained on a different
 	// architecture, dataset or network: such models are never merged.
 	ErrFingerprint = errors.New("averaging: fingerprint mismatch")
+	// ErrBadOuter reports bad outer-optimizer settings or a non-finite
+	// pseudo-gradient.
+	ErrBadOuter = errors.New("averaging: bad outer step")
 	// ErrBadRadius reports a clipping radius that is negative or NaN.
 	ErrBadRadius = errors.New("averaging: bad clipping radius")
 	// ErrBadTrim reports a trim count that leaves nothing to average.

@@ -1,8 +1,12 @@
 // Package gossip owns meshtrain's libp2p protocols: the parameter exchange
 // (/meshtrain/params/2.0.0), which moves frozen snapshots between two peers
-// over a stream, and the announce topic (/meshtrain/<network>/announce/1),
-// on which every peer tells the mesh its step, progress, metrics and
-// addresses. Both are built to face strangers on an open mesh: every input
+// over a stream; the announce topic (/meshtrain/<network>/announce/1), on
+// which every peer tells the mesh its step, progress, metrics and
+// addresses; and sync mode's rounds, a leader's coordination
+// (/meshtrain/sync/2.0.0) around a bandwidth-optimal all-reduce among the
+// members (/meshtrain/allreduce/1.0.0: reduce-scatter and all-gather of one
+// flat fp32 buffer, one long-lived stream per pair, no member reducing for
+// everyone). Both are built to face strangers on an open mesh: every input
 // is bounded, checked and, if refused, counted under a small fixed set of
 // reasons (Reason) and reported to an optional hook for reputation.
 //
@@ -10,10 +14,11 @@
 // byte layouts, limits, checksums, fp16 conversion, validation verdicts and
 // the fresh peer table, with no goroutines, clock or network. The libp2p
 // shell adds deadlines, concurrency limits, the upload limiter, the
-// connection manager and pubsub: stream.go is the stream base that both
-// stream protocols, the exchange (exchange.go) and sync mode's all-reduce
-// (sync.go), embed; announcer.go runs the topic. docs/protocol.md specifies
-// the protocols byte for byte.
+// connection manager and pubsub: stream.go is the stream base that the
+// request-response protocols, the exchange (exchange.go) and sync mode's
+// coordinator (sync.go), embed; allreduce.go is the all-reduce's data path
+// (AllReducer, usable on its own); announcer.go runs the topic.
+// docs/protocol.md specifies the protocols byte for byte.
 //
 // The node builds the host (with ProtocolLimits applied to its resource
 // manager) and the gossipsub router, then:
@@ -32,4 +37,9 @@
 //	})
 //	defer ann.Close()
 //	partners := ann.Fresh()
+//
+// Sync mode's members all-reduce a buffer once the leader has named them:
+//
+//	res, err := syncSvc.Contribute(ctx, leader, gossip.Contribution{
+//		Round: step, Progress: p, Base: last.Group, Params: w}) // w <- mean
 package gossip

@@ -1,24 +1,27 @@
 package gossip
 
-// The synchronous all-reduce, /meshtrain/sync/1.0.0: the baseline that steps
-// at the speed of the slowest member (DDP semantics), on the same hosts, wire
-// codec and limits as the parameter exchange so the two can be compared
-// honestly.
+// The synchronous rounds, /meshtrain/sync/2.0.0: the baseline that steps at
+// the speed of the slowest member (DDP semantics), on the same hosts and
+// limits as the parameter exchange so the two can be compared honestly.
 //
 // A group of members holds one model. Each round every member takes one
-// local optimizer step from that model on its own batch and sends the result
-// (parameters and momentum) to the round's leader; the leader averages all
-// of them and answers every member with the average, which each applies.
-// With SGD + momentum + weight decay the update is linear in the gradient,
-// so averaging (w, m) after identical starts is exactly one step on the mean
-// gradient (docs/protocol.md, "Sync mode").
+// local step from that model on its own batch and tells the round's leader
+// (a few bytes: round, progress, the model it started from); the leader
+// answers every member with the round's member list once all are in (or
+// the round's deadline passed), and the members all-reduce their vectors
+// among themselves (allreduce.go): the leader coordinates, it does not
+// carry the data. With SGD + momentum + weight decay the update is linear
+// in the gradient, so averaging the parameters after identical starts is
+// exactly one step on the mean gradient; each member keeps its own momentum,
+// whose mean is the DDP momentum (docs/protocol.md, "Sync mode").
 //
 // This file is the SyncService that plays the leader's side (collect,
-// average, answer) and the member's (contribute, join, probe); its wire
-// codec is synccodec.go and its stream plumbing, shared with the exchange,
-// stream.go. Which peer leads, when to join and how to merge groups is the
-// node's policy (node/sync.go); the service only enforces what keeps members
-// in lockstep: one round at a time, numbered, each member once.
+// seal, answer, serve joins) and the member's (contribute, join, probe);
+// its wire codec is synccodec.go and its stream plumbing, shared with the
+// exchange, stream.go. Which peer leads, when to join and how to merge
+// groups is the node's policy (node/sync.go); the service only enforces
+// what keeps members in lockstep: one round at a time, numbered, each
+// member once, every contribution from the group's current model.
 
 import (
 	"context"
@@ -27,7 +30,9 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,12 +41,11 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 
-	"github.com/meshtrain/meshtrain/averaging"
 	"github.com/meshtrain/meshtrain/params"
 )
 
 // SyncProtocolID is the synchronous all-reduce protocol.
-const SyncProtocolID protocol.ID = "/meshtrain/sync/1.0.0"
+const SyncProtocolID protocol.ID = "/meshtrain/sync/2.0.0"
 
 // SyncServiceName is the resource-manager service sync streams are
 // attributed to.
@@ -71,10 +75,9 @@ type SyncConfig struct {
 	// member that joins during it); those still missing are dropped from
 	// the group. A member waits up to twice this for the leader's answer
 	// before it gives the leader up. It must exceed the slowest member's
-	// step time. Default 10s.
+	// step time. It also bounds a round's all-reduce. Default 10s.
 	Timeout time.Duration
 	// MaxMembers caps a group: contributions beyond it are answered busy.
-	// The leader holds up to MaxMembers x 2 x Elements x 4 bytes per round.
 	// Default 64, at most MaxSyncMembers.
 	MaxMembers int
 	// MaxJoins is how many joins are served at once (each sends the whole
@@ -149,7 +152,7 @@ func (c SyncConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Contribution is one member's model after its local step of a round.
+// Contribution is one member's part in a round.
 type Contribution struct {
 	// Round is the round it belongs to: the member's step count after the
 	// local step, which equals the group's last completed round plus one.
@@ -157,8 +160,11 @@ type Contribution struct {
 	// Progress after the local step: the group's progress plus the
 	// member's batch.
 	Progress params.Progress
-	Params   []float32
-	Momentum []float32
+	// Base is the Group of the model the local step started from.
+	Base uint64
+	// Params is the vector the round averages (the parameters after the
+	// local step); Contribute and Reduce overwrite it with the mean.
+	Params []float32
 }
 
 // SyncState is a group's model at a round boundary: what every member holds
@@ -169,6 +175,12 @@ type SyncState struct {
 	// Progress is the group's: the previous round's plus every
 	// contributor's batch, the samples the averaged model embodies.
 	Progress params.Progress
+	// Group names this model: a fresh nonce for every round's result and
+	// every founded group. A contribution says which model it started
+	// from, so a member holding another model is never averaged in.
+	Group uint64
+	// Params is the model; Momentum the optimizer state a joiner takes
+	// (a round's result has no Momentum: each member keeps its own).
 	Params   []float32
 	Momentum []float32
 	// Members is the group, sorted: the contributors of the round for a
@@ -213,7 +225,8 @@ func (e *SyncRefusal) Error() string {
 // SyncStats counts sync traffic. Bytes and refused inputs are counted in the
 // shared Counters.
 type SyncStats struct {
-	// RoundsLed counts rounds this service averaged as leader.
+	// RoundsLed counts rounds this service sealed as leader (answered with
+	// their member list).
 	RoundsLed uint64 `json:"rounds_led"`
 	// RoundsDone counts our own contributions answered with a round's
 	// average; JoinsDone our joins answered with a model.
@@ -246,12 +259,16 @@ const (
 	roleLeader
 )
 
-// syncBase is a model at a round boundary, encoded once for every member and
-// joiner it is sent to.
+// syncBase is a model at a round boundary, encoded once, when the first
+// joiner asks for it. A round's result is a syncBase without parameters
+// (pending) until the leader's own all-reduce gives them (Lead).
 type syncBase struct {
 	state   SyncState
-	frames  [2]*Frame
 	members []byte
+
+	once   sync.Once
+	frames [2]*Frame
+	err    error
 }
 
 // syncRound is the round a leader collects. Guarded by SyncService.mu,
@@ -260,9 +277,9 @@ type syncRound struct {
 	number   int64
 	base     *syncBase // the model every contribution started from
 	expected map[peer.ID]struct{}
-	contribs map[peer.ID]Contribution
+	contribs map[peer.ID]params.Progress
 	deadline time.Time
-	sealed   bool // being averaged: no contribution or join enters any more
+	sealed   bool // being sealed: no contribution or join enters any more
 	finished bool // done is closed
 	notify   chan struct{}
 	done     chan struct{}
@@ -288,8 +305,9 @@ func (r *syncRound) ready(now time.Time, self peer.ID) bool {
 // (stream.go) owns the streams' lifecycle.
 type SyncService struct {
 	streamBase
-	cfg   SyncConfig
-	stats syncCounters
+	cfg    SyncConfig
+	stats  syncCounters
+	reduce *AllReducer
 
 	// Guarded by mu.
 	role     syncRole
@@ -306,7 +324,19 @@ func NewSyncService(h host.Host, cfg SyncConfig) (*SyncService, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &SyncService{cfg: cfg, inflight: make(map[peer.ID]bool)}
+	rc := DefaultAllReduceConfig()
+	rc.MaxElements, rc.ChunkTimeout, rc.MaxMembers = cfg.MaxElements, cfg.ChunkTimeout, cfg.MaxMembers
+	rc.AheadWait = 2*cfg.Timeout + cfg.ChunkTimeout
+	rc.UploadLimiter, rc.Counters, rc.OnReject, rc.Logger = cfg.UploadLimiter, cfg.Counters, cfg.OnReject, cfg.Logger
+	if rc.Counters == nil {
+		rc.Counters = new(Counters)
+		cfg.Counters = rc.Counters
+	}
+	red, err := NewAllReducer(h, rc)
+	if err != nil {
+		return nil, err
+	}
+	s := &SyncService{cfg: cfg, inflight: make(map[peer.ID]bool), reduce: red}
 	// Frames are fp32 only, so every member gets the same bits; inbound
 	// streams have no overall deadline (a member waits a whole round), and
 	// answers left to write outlive Close (see handle).
@@ -345,7 +375,7 @@ func (s *SyncService) Close() error {
 		s.giveUp(SyncNotLeader, "")
 		s.role, s.hint = roleUnsynced, ""
 	})
-	return nil
+	return s.reduce.Close()
 }
 
 // giveUp ends the open round without a result. Called with mu held.
@@ -362,7 +392,9 @@ func (s *SyncService) giveUp(code SyncCode, hint peer.ID) {
 // Lead makes this service collect round base.Round+1 from base.Members
 // (which must include us), with base as the model joiners get. Members of
 // a round it was collecting before are told to join again. Leading that
-// round already is not an error: nothing changes.
+// round from the same model (base.Group) already is not an error: if the
+// round was opened when the last one was sealed, before our own all-reduce
+// gave us its model, the model is filled in for joiners now.
 func (s *SyncService) Lead(base SyncState) error {
 	self := s.h.ID()
 	members := slices.Clone(base.Members)
@@ -382,16 +414,6 @@ func (s *SyncService) Lead(base SyncState) error {
 	case !slices.Contains(members, self):
 		return fmt.Errorf("%w: a group we lead must include us", ErrBadSnapshot)
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ErrClosed
-	}
-	if s.role == roleLeader && s.open != nil && s.open.number == base.Round+1 {
-		s.mu.Unlock()
-		return nil
-	}
-	s.mu.Unlock()
 	base.Members = members
 	sb, err := s.newBase(base)
 	if err != nil {
@@ -401,6 +423,12 @@ func (s *SyncService) Lead(base SyncState) error {
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
+	}
+	if r := s.open; s.role == roleLeader && r != nil && r.number == base.Round+1 && r.base.state.Group == base.Group {
+		if r.base.state.Params == nil {
+			r.base = sb
+		}
+		return nil
 	}
 	s.giveUp(SyncStale, "")
 	s.role, s.hint = roleLeader, ""
@@ -434,7 +462,7 @@ func (s *SyncService) Unsync() {
 func (s *SyncService) newRound(base *syncBase, members []peer.ID) *syncRound {
 	r := &syncRound{
 		number: base.state.Round + 1, base: base,
-		expected: make(map[peer.ID]struct{}, len(members)), contribs: make(map[peer.ID]Contribution, len(members)),
+		expected: make(map[peer.ID]struct{}, len(members)), contribs: make(map[peer.ID]params.Progress, len(members)),
 		deadline: time.Now().Add(s.cfg.Timeout),
 		notify:   make(chan struct{}, 1), done: make(chan struct{}),
 	}
@@ -444,32 +472,39 @@ func (s *SyncService) newRound(base *syncBase, members []peer.ID) *syncRound {
 	return r
 }
 
-// newBase checks and encodes a model once for everyone it will be sent to.
+// newBase checks a model at a round boundary; its frames are encoded when
+// a joiner first asks.
 func (s *SyncService) newBase(st SyncState) (*syncBase, error) {
 	if !st.Progress.Valid() {
 		return nil, fmt.Errorf("%w: sync progress %v", ErrBadSnapshot, float64(st.Progress))
 	}
-	w := s.encoder()
-	sb := &syncBase{state: st, members: AppendMembers(nil, st.Members)}
-	for i, v := range [2][]float32{st.Params, st.Momentum} {
-		f, err := w.Encode(params.Snapshot{Fingerprint: s.cfg.Fingerprint, Step: st.Round, Progress: st.Progress, Params: v})
-		if err != nil {
-			return nil, err
-		}
-		sb.frames[i] = f
-	}
-	return sb, nil
+	return &syncBase{state: st, members: AppendMembers(nil, st.Members)}, nil
 }
 
-// checkContribution checks a contribution against the model it started
-// from: same size, progress at most MaxProgressDelta ahead.
-func (s *SyncService) checkContribution(base *syncBase, c Contribution) error {
-	n := len(base.state.Params)
-	if len(c.Params) != n || len(c.Momentum) != n {
-		return fmt.Errorf("%w: contribution of %d parameters and %d momentum values, group has %d",
-			ErrSizeMismatch, len(c.Params), len(c.Momentum), n)
-	}
-	d := float64(c.Progress - base.state.Progress)
+// encoded returns the base's frames, encoding them once.
+func (sb *syncBase) encoded(s *SyncService) (*[2]*Frame, error) {
+	sb.once.Do(func() {
+		w := s.encoder()
+		for i, v := range [2][]float32{sb.state.Params, sb.state.Momentum} {
+			f, err := w.Encode(params.Snapshot{Fingerprint: s.cfg.Fingerprint, Step: sb.state.Round, Progress: sb.state.Progress, Params: v})
+			if err != nil {
+				sb.err = err
+				return
+			}
+			sb.frames[i] = f
+		}
+	})
+	return &sb.frames, sb.err
+}
+
+// NewGroup returns a fresh Group nonce for a model no round made (a
+// founded group).
+func NewGroup() uint64 { return rand.Uint64() | 1 }
+
+// checkProgress checks a contribution's progress against the model it
+// started from: at most MaxProgressDelta ahead.
+func (s *SyncService) checkProgress(base *syncBase, progress params.Progress) error {
+	d := float64(progress - base.state.Progress)
 	if !(d >= 0 && d <= s.cfg.MaxProgressDelta) {
 		return fmt.Errorf("%w: contribution adds %v progress to the group's %v (limit %v)",
 			ErrProtocol, d, float64(base.state.Progress), s.cfg.MaxProgressDelta)
@@ -477,13 +512,33 @@ func (s *SyncService) checkContribution(base *syncBase, c Contribution) error {
 	return nil
 }
 
+// checkOwn checks our own contribution's vector.
+func (s *SyncService) checkOwn(c Contribution) error {
+	n := len(c.Params)
+	switch {
+	case c.Round < 1:
+		return fmt.Errorf("%w: contribution to round %d", ErrBadSnapshot, c.Round)
+	case n == 0 || n > s.cfg.MaxElements || (s.cfg.Elements > 0 && n != s.cfg.Elements):
+		return fmt.Errorf("%w: contribution of %d values", ErrBadSnapshot, n)
+	case !c.Progress.Valid():
+		return fmt.Errorf("%w: contribution progress %v", ErrBadSnapshot, float64(c.Progress))
+	}
+	return nil
+}
+
 // Reduce adds our own contribution to the round we lead, waits until every
-// expected member has contributed or the round's deadline has passed, and
-// returns the average. Members still missing then are dropped from the
-// group. The next round opens at once, expecting this round's contributors.
-// ctx ending leaves our contribution in the round.
+// expected member has contributed or the round's deadline has passed,
+// answers every contributor with the round's member list (members still
+// missing are dropped from the group), and all-reduces own.Params among
+// them. The next round opens as soon as the member list is out, expecting
+// its members, with the model to be filled in by Lead. ctx ending leaves
+// our contribution in the round. An all-reduce that fails returns an error
+// wrapping ErrAllReduce: the caller then holds no group model.
 func (s *SyncService) Reduce(ctx context.Context, own Contribution) (SyncState, error) {
 	self := s.h.ID()
+	if err := s.checkOwn(own); err != nil {
+		return SyncState{}, err
+	}
 	s.mu.Lock()
 	r := s.open
 	switch {
@@ -498,11 +553,15 @@ func (s *SyncService) Reduce(ctx context.Context, own Contribution) (SyncState, 
 		s.mu.Unlock()
 		return SyncState{}, fmt.Errorf("%w: round %d already has our contribution", ErrNotLeading, own.Round)
 	}
-	if err := s.checkContribution(r.base, own); err != nil {
+	if own.Base != r.base.state.Group {
+		s.mu.Unlock()
+		return SyncState{}, fmt.Errorf("%w: our contribution starts from another model than round %d's", ErrBadSnapshot, own.Round)
+	}
+	if err := s.checkProgress(r.base, own.Progress); err != nil {
 		s.mu.Unlock()
 		return SyncState{}, fmt.Errorf("%w: %w", ErrBadSnapshot, err)
 	}
-	r.contribs[self] = own
+	r.contribs[self] = own.Progress
 	r.expected[self] = struct{}{}
 	s.mu.Unlock()
 
@@ -521,7 +580,11 @@ func (s *SyncService) Reduce(ctx context.Context, own Contribution) (SyncState, 
 		if r.ready(now, self) {
 			r.sealed = true
 			s.mu.Unlock()
-			return s.finish(r)
+			res, err := s.seal(r)
+			if err != nil {
+				return SyncState{}, err
+			}
+			return s.allReduce(ctx, res, own.Params)
 		}
 		wait := r.deadline.Sub(now)
 		s.mu.Unlock()
@@ -535,38 +598,27 @@ func (s *SyncService) Reduce(ctx context.Context, own Contribution) (SyncState, 
 	}
 }
 
-// finish averages a sealed round (outside mu: nothing adds to a sealed
-// round), publishes the result to the members waiting for it and opens the
-// next round.
-func (s *SyncService) finish(r *syncRound) (SyncState, error) {
+// seal ends a round's collection: its contributors are its members, its
+// result is published to the members waiting for it, and the next round
+// opens.
+func (s *SyncService) seal(r *syncRound) (SyncState, error) {
 	ids := make([]peer.ID, 0, len(r.contribs))
 	for p := range r.contribs {
 		ids = append(ids, p)
 	}
-	slices.Sort(ids) // a fixed order: the float sums do not depend on arrival
+	slices.Sort(ids)
 	var dropped []peer.ID
 	for p := range r.expected {
 		if _, ok := r.contribs[p]; !ok {
 			dropped = append(dropped, p)
 		}
 	}
-	ps, ms := make([][]float32, len(ids)), make([][]float32, len(ids))
 	progress := r.base.state.Progress
-	for i, p := range ids {
-		c := r.contribs[p]
-		ps[i], ms[i] = c.Params, c.Momentum
-		progress += c.Progress - r.base.state.Progress
+	for _, p := range ids {
+		progress += r.contribs[p] - r.base.state.Progress
 	}
-	n := len(r.base.state.Params)
-	res := SyncState{Round: r.number, Progress: progress, Params: make([]float32, n), Momentum: make([]float32, n), Members: ids}
-	err := averaging.Mean(res.Params, ps)
-	if err == nil {
-		err = averaging.Mean(res.Momentum, ms)
-	}
-	var sb *syncBase
-	if err == nil {
-		sb, err = s.newBase(res)
-	}
+	res := SyncState{Round: r.number, Progress: progress, Group: NewGroup(), Members: ids}
+	sb, err := s.newBase(res)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.open != r {
@@ -578,7 +630,7 @@ func (s *SyncService) finish(r *syncRound) (SyncState, error) {
 	if err != nil {
 		s.giveUp(SyncStale, "")
 		s.role = roleUnsynced
-		return SyncState{}, fmt.Errorf("gossip: averaging sync round %d: %w", r.number, err)
+		return SyncState{}, fmt.Errorf("gossip: sealing sync round %d: %w", r.number, err)
 	}
 	r.finished, r.result = true, sb
 	close(r.done)
@@ -590,6 +642,21 @@ func (s *SyncService) finish(r *syncRound) (SyncState, error) {
 	}
 	return res, nil
 }
+
+// allReduce replaces v with its mean among the round's members, within
+// the round timeout.
+func (s *SyncService) allReduce(ctx context.Context, st SyncState, v []float32) (SyncState, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	if err := s.reduce.AllReduce(ctx, ReduceID{Round: uint64(st.Round), Group: st.Group}, st.Members, v); err != nil {
+		return SyncState{}, err
+	}
+	st.Params = v
+	return st, nil
+}
+
+// AllReduceStats returns the data path's counters.
+func (s *SyncService) AllReduceStats() AllReduceStats { return s.reduce.Stats() }
 
 // handle serves one inbound sync stream once its request header has
 // arrived (streamBase.accept). Reads are aborted by Close; once a stream has
@@ -629,23 +696,28 @@ func (s *SyncService) handle(in *inbound, qb []byte) {
 	}
 	defer leave()
 	defer s.protect(p)()
-	if q.Kind == SyncContribute {
-		s.serveContribution(x, st, p, q, a, r, in.detach, leave)
-		return
-	}
 	if !in.detach() {
+		if q.Kind == SyncContribute {
+			s.mu.Lock()
+			s.uploads--
+			s.mu.Unlock()
+		}
 		_ = st.Reset()
 		return
 	}
-	a.MemberCount = len(sb.state.Members)
-	if s.finishStream(x, st, a, sb.members, &sb.frames, leave) {
+	if q.Kind == SyncContribute {
+		s.serveContribution(x, st, p, q, r, leave)
+		return
+	}
+	a.MemberCount, a.Group = len(sb.state.Members), sb.state.Group
+	if s.finishStream(x, st, a, sb.members, sb, leave) {
 		s.stats.joinsServed.Add(1)
 	}
 }
 
-// admit decides on a request before any payload moves. For an admitted join
-// or contribution it records p as in flight (leave undoes it). The error,
-// if any, is what a refusal is counted as (nil: not the peer's fault).
+// admit decides on a request. For an admitted join or contribution it
+// records p as in flight (leave undoes it). The error, if any, is what a
+// refusal is counted as (nil: not the peer's fault).
 func (s *SyncService) admit(p peer.ID, q SyncRequest) (a SyncAnswer, hint peer.ID, sb *syncBase, r *syncRound, err error) {
 	reject := func(reason Reason, e error) (SyncAnswer, peer.ID, *syncBase, *syncRound, error) {
 		return SyncAnswer{Code: SyncRejected, Reason: reason}, "", nil, nil, e
@@ -668,7 +740,7 @@ func (s *SyncService) admit(p peer.ID, q SyncRequest) (a SyncAnswer, hint peer.I
 	}
 	r = s.open
 	sb = r.base
-	if q.Elements != 0 && q.Elements != uint64(len(sb.state.Params)) {
+	if q.Elements != 0 && sb.state.Params != nil && q.Elements != uint64(len(sb.state.Params)) {
 		return reject(ReasonSizeMismatch, fmt.Errorf("%w: sync request for %d elements, the group has %d", ErrSizeMismatch, q.Elements, len(sb.state.Params)))
 	}
 	last := SyncAnswer{Round: sb.state.Round, Progress: sb.state.Progress}
@@ -681,8 +753,9 @@ func (s *SyncService) admit(p peer.ID, q SyncRequest) (a SyncAnswer, hint peer.I
 	}
 	if q.Kind == SyncJoin {
 		switch {
-		case r.sealed:
-			// Averaging is a moment; the joiner asks again.
+		case r.sealed || sb.state.Params == nil:
+			// Sealing is a moment, and so is our own all-reduce, which
+			// gives the model a joiner takes; the joiner asks again.
 			return SyncAnswer{Code: SyncBusy}, "", nil, nil, nil
 		case s.joins >= s.cfg.MaxJoins:
 			return SyncAnswer{Code: SyncBusy}, "", nil, nil, fmt.Errorf("%w: %d joins running", ErrBusy, s.joins)
@@ -704,11 +777,20 @@ func (s *SyncService) admit(p peer.ID, q SyncRequest) (a SyncAnswer, hint peer.I
 		s.stats.stale.Add(1)
 		last.Code = SyncAhead
 		return last, "", nil, nil, fmt.Errorf("%w: contribution for round %d, collecting %d", ErrStale, q.Round, r.number)
+	case q.Base != sb.state.Group:
+		// Taken from another model of this round (one we gave up, or
+		// another group's): not an offence, but it cannot be averaged.
+		s.stats.stale.Add(1)
+		last.Code = SyncStale
+		return last, "", nil, nil, nil
 	case dup:
 		s.stats.duplicates.Add(1)
 		return SyncAnswer{Code: SyncDuplicate}, "", nil, nil, fmt.Errorf("%w: second contribution to round %d", ErrProtocol, q.Round)
 	case len(r.contribs)+s.uploads >= s.cfg.MaxMembers:
 		return SyncAnswer{Code: SyncBusy}, "", nil, nil, fmt.Errorf("%w: round %d has %d members", ErrBusy, q.Round, s.cfg.MaxMembers)
+	}
+	if err := s.checkProgress(sb, q.Progress); err != nil {
+		return reject(ReasonProtocol, err)
 	}
 	s.uploads++
 	s.inflight[p] = true
@@ -732,53 +814,18 @@ func (s *SyncService) leave(p peer.ID, k SyncKind) {
 	}
 }
 
-// serveContribution reads an admitted contribution, enters it into its
-// round, waits for the round and answers with the average.
-func (s *SyncService) serveContribution(x *streamIO, st network.Stream, p peer.ID, q SyncRequest, goAhead SyncAnswer,
-	r *syncRound, detach func() bool, leave func()) {
-	counted := true
-	uncount := func() {
-		if counted {
-			counted = false
-			s.uploads--
-		}
-	}
-	defer func() {
-		s.mu.Lock()
-		uncount()
-		s.mu.Unlock()
-	}()
-	hb := goAhead.Marshal()
-	if err := x.writeAll(hb[:]); err != nil {
-		_ = st.Reset()
-		s.rj.reject(p, streamErr(s.ctx, fmt.Errorf("write sync answer: %w", err)))
-		return
-	}
-	c, err := s.readContribution(x, q, r.base)
-	if err != nil {
-		// A contribution that arrived whole but is bad gets an answer: the
-		// member has finished writing and waits for one.
-		s.rj.reject(p, streamErr(s.ctx, err))
-		if rs := ReasonOf(err); rs == ReasonChecksum || rs == ReasonNonFinite || rs == ReasonProtocol {
-			s.finishStream(x, st, SyncAnswer{Code: SyncRejected, Reason: rs}, nil, nil, leave)
-		} else {
-			_ = st.Reset()
-		}
-		return
-	}
-	if !detach() {
-		_ = st.Reset() // Close got here first
-		return
-	}
+// serveContribution enters an admitted contribution into its round, waits
+// for the round to be sealed and answers with its member list.
+func (s *SyncService) serveContribution(x *streamIO, st network.Stream, p peer.ID, q SyncRequest, r *syncRound, leave func()) {
 	s.mu.Lock()
-	uncount()
+	s.uploads--
 	in := s.open == r && !r.sealed
 	last := r.base.state
 	if r.sealed {
 		last = SyncState{Round: r.number} // completed, or being completed, without us
 	}
 	if in {
-		r.contribs[p] = c
+		r.contribs[p] = q.Progress
 		r.expected[p] = struct{}{}
 		select {
 		case r.notify <- struct{}{}:
@@ -815,51 +862,31 @@ func (s *SyncService) serveContribution(x *streamIO, st network.Stream, p peer.I
 		return
 	}
 	res := r.result
-	s.finishStream(x, st, SyncAnswer{Round: res.state.Round, Progress: res.state.Progress, MemberCount: len(res.state.Members)},
-		res.members, &res.frames, leave)
+	s.finishStream(x, st, SyncAnswer{Round: res.state.Round, Progress: res.state.Progress,
+		MemberCount: len(res.state.Members), Group: res.state.Group}, res.members, nil, leave)
 }
 
-// readContribution reads a contribution's two frames and checks them
-// against the request and the round's starting model. The member keeps its
-// side open until it has our answer.
-func (s *SyncService) readContribution(x *streamIO, q SyncRequest, base *syncBase) (Contribution, error) {
-	rd := s.reader(x, len(base.state.Params))
-	w, err := rd.ReadFrame(x)
-	if err != nil {
-		return Contribution{}, err
-	}
-	m, err := rd.ReadFrame(x)
-	if err != nil {
-		return Contribution{}, err
-	}
-	if w.Step != q.Round || m.Step != q.Round || w.Progress != m.Progress {
-		return Contribution{}, fmt.Errorf("%w: contribution to round %d carries steps %d and %d, progress %v and %v",
-			ErrProtocol, q.Round, w.Step, m.Step, float64(w.Progress), float64(m.Progress))
-	}
-	c := Contribution{Round: q.Round, Progress: w.Progress, Params: w.Params, Momentum: m.Params}
-	if err := s.checkContribution(base, c); err != nil {
-		return Contribution{}, err
-	}
-	return c, nil
-}
-
-// finishStream writes a final answer (header, member list, frames), calls
-// release (if set) after the last byte, ends our side, waits for the member
-// to end its side and closes; it resets the stream if any of that fails.
+// finishStream writes a final answer (header, member list and, for a join,
+// sb's frames), calls release (if set) after the last byte, ends our side,
+// waits for the member to end its side and closes; it resets the stream if
+// any of that fails.
 //
 // The member ends its side only once it has read the whole answer: closing a
 // stream does not guarantee delivery, and a leader that stops right after a
 // round closes its connections next, which would take the round's result
 // away from members still reading it.
-func (s *SyncService) finishStream(x *streamIO, st network.Stream, a SyncAnswer, members []byte, frames *[2]*Frame, release func()) bool {
+func (s *SyncService) finishStream(x *streamIO, st network.Stream, a SyncAnswer, members []byte, sb *syncBase, release func()) bool {
 	a.MembersSize = len(members)
 	hb := a.Marshal()
 	err := x.writeAll(append(hb[:], members...))
-	if err == nil && frames != nil {
-		w := s.writer(x)
-		for _, f := range frames {
-			if err = w.Send(x, f); err != nil {
-				break
+	if err == nil && sb != nil {
+		var frames *[2]*Frame
+		if frames, err = sb.encoded(s); err == nil {
+			w := s.writer(x)
+			for _, f := range frames {
+				if err = w.Send(x, f); err != nil {
+					break
+				}
 			}
 		}
 	}
@@ -882,33 +909,27 @@ func (s *SyncService) finishStream(x *streamIO, st network.Stream, a SyncAnswer,
 	return true
 }
 
-// Contribute sends our contribution to the round's leader and returns the
-// round's average, which every member applies. A refusal is a
-// *SyncRefusal. The leader's answer may take as long as the slowest member's
-// step; we wait up to twice the Timeout for it.
+// Contribute tells the round's leader we have taken our step, waits for
+// the round's member list and all-reduces c.Params among them; it returns
+// the round's state with Params the mean (c.Params, overwritten). A
+// refusal is a *SyncRefusal; an all-reduce that fails, an error wrapping
+// ErrAllReduce. The leader's answer may take as long as the slowest
+// member's step; we wait up to twice the Timeout for it.
 func (s *SyncService) Contribute(ctx context.Context, leader peer.ID, c Contribution) (SyncState, error) {
-	n := len(c.Params)
-	switch {
-	case c.Round < 1:
-		return SyncState{}, fmt.Errorf("%w: contribution to round %d", ErrBadSnapshot, c.Round)
-	case n == 0 || len(c.Momentum) != n || n > s.cfg.MaxElements || (s.cfg.Elements > 0 && n != s.cfg.Elements):
-		return SyncState{}, fmt.Errorf("%w: contribution of %d parameters and %d momentum values", ErrBadSnapshot, n, len(c.Momentum))
+	if err := s.checkOwn(c); err != nil {
+		return SyncState{}, err
 	}
-	var frames [2]*Frame
-	w := s.encoder()
-	for i, v := range [2][]float32{c.Params, c.Momentum} {
-		f, err := w.Encode(params.Snapshot{Fingerprint: s.cfg.Fingerprint, Step: c.Round, Progress: c.Progress, Params: v})
-		if err != nil {
-			return SyncState{}, err
-		}
-		frames[i] = f
+	q := SyncRequest{Kind: SyncContribute, Fingerprint: s.cfg.Fingerprint, Elements: uint64(len(c.Params)),
+		Round: c.Round, Progress: c.Progress, Base: c.Base}
+	st, _, err := s.request(ctx, leader, q)
+	if err != nil {
+		return SyncState{}, err
 	}
-	q := SyncRequest{Kind: SyncContribute, Fingerprint: s.cfg.Fingerprint, Elements: uint64(n), Round: c.Round}
-	st, _, err := s.request(ctx, leader, q, &frames)
-	if err == nil {
-		s.stats.roundsDone.Add(1)
+	if st, err = s.allReduce(ctx, st, c.Params); err != nil {
+		return SyncState{}, err
 	}
-	return st, err
+	s.stats.roundsDone.Add(1)
+	return st, nil
 }
 
 // Join asks p, which should lead a group, for the group's model at the last
@@ -916,7 +937,7 @@ func (s *SyncService) Contribute(ctx context.Context, leader peer.ID, c Contribu
 // take one step, and contribute to p. A refusal is a *SyncRefusal.
 func (s *SyncService) Join(ctx context.Context, p peer.ID) (SyncState, error) {
 	q := SyncRequest{Kind: SyncJoin, Fingerprint: s.cfg.Fingerprint, Elements: uint64(s.cfg.Elements)}
-	st, _, err := s.request(ctx, p, q, nil)
+	st, _, err := s.request(ctx, p, q)
 	if err == nil {
 		s.stats.joinsDone.Add(1)
 	}
@@ -927,21 +948,20 @@ func (s *SyncService) Join(ctx context.Context, p peer.ID) (SyncState, error) {
 // *SyncRefusal (SyncNotLeader names the leader p follows).
 func (s *SyncService) Probe(ctx context.Context, p peer.ID) (GroupInfo, error) {
 	q := SyncRequest{Kind: SyncProbe, Fingerprint: s.cfg.Fingerprint, Elements: uint64(s.cfg.Elements)}
-	_, g, err := s.request(ctx, p, q, nil)
+	_, g, err := s.request(ctx, p, q)
 	return g, err
 }
 
 // request runs the member's side of one sync stream:
 //
-//	contribute: -> request; <- answer; -> params frame, momentum frame;
-//	            <- answer (after the round), members, frames, EOF;
+//	contribute: -> request; <- answer (after the round is sealed), members, EOF;
 //	            -> CloseWrite
 //	join:       -> request; <- answer, members, frames, EOF; -> CloseWrite
 //	probe:      -> request; <- answer, members, EOF; -> CloseWrite
 //
 // Our CloseWrite, once we have read everything, tells the responder its
 // answer arrived (see finishStream).
-func (s *SyncService) request(ctx context.Context, p peer.ID, q SyncRequest, up *[2]*Frame) (SyncState, GroupInfo, error) {
+func (s *SyncService) request(ctx context.Context, p peer.ID, q SyncRequest) (SyncState, GroupInfo, error) {
 	if p == s.h.ID() {
 		return SyncState{}, GroupInfo{}, fmt.Errorf("gossip: sync %s with ourselves", q.Kind)
 	}
@@ -953,7 +973,7 @@ func (s *SyncService) request(ctx context.Context, p peer.ID, q SyncRequest, up 
 		return SyncState{}, GroupInfo{}, err
 	}
 	defer end()
-	res, g, err := s.converse(x, x.st, p, q, up)
+	res, g, err := s.converse(x, x.st, p, q)
 	if err != nil {
 		var ref *SyncRefusal
 		if !errors.As(err, &ref) {
@@ -970,12 +990,17 @@ func (s *SyncService) request(ctx context.Context, p peer.ID, q SyncRequest, up 
 	return res, g, nil
 }
 
-func (s *SyncService) converse(x *streamIO, st network.Stream, p peer.ID, q SyncRequest, up *[2]*Frame) (SyncState, GroupInfo, error) {
+func (s *SyncService) converse(x *streamIO, st network.Stream, p peer.ID, q SyncRequest) (SyncState, GroupInfo, error) {
 	qb := q.Marshal()
 	if err := x.writeAll(qb[:]); err != nil {
 		return SyncState{}, GroupInfo{}, fmt.Errorf("write sync request: %w", err)
 	}
+	if q.Kind == SyncContribute {
+		// The answer comes when the slowest member has contributed.
+		x.timeout = 2*s.cfg.Timeout + s.cfg.ChunkTimeout
+	}
 	a, members, err := s.readAnswer(x, st, p, true)
+	x.timeout = s.cfg.ChunkTimeout
 	if err != nil {
 		return SyncState{}, GroupInfo{}, err
 	}
@@ -989,27 +1014,14 @@ func (s *SyncService) converse(x *streamIO, st network.Stream, p peer.ID, q Sync
 		}
 		return SyncState{}, GroupInfo{Leader: p, Round: a.Round, Progress: a.Progress, Members: members}, nil
 	case SyncContribute:
-		if len(members) != 0 || a.Round != q.Round {
-			return SyncState{}, GroupInfo{}, fmt.Errorf("%w: go-ahead for round %d with %d members, we asked for %d",
+		if a.Round != q.Round || !slices.Contains(members, s.h.ID()) || len(members) > s.cfg.MaxMembers {
+			return SyncState{}, GroupInfo{}, fmt.Errorf("%w: member list of round %d with %d members, we contributed to %d",
 				ErrProtocol, a.Round, len(members), q.Round)
 		}
-		w := s.writer(x)
-		for _, f := range up {
-			if err := w.Send(x, f); err != nil {
-				return SyncState{}, GroupInfo{}, err
-			}
-		}
-		// The answer comes when the slowest member has contributed.
-		x.timeout = 2*s.cfg.Timeout + s.cfg.ChunkTimeout
-		a, members, err = s.readAnswer(x, st, p, false)
-		x.timeout = s.cfg.ChunkTimeout
-		if err != nil {
+		if err := s.ack(x, st); err != nil {
 			return SyncState{}, GroupInfo{}, err
 		}
-		if a.Round != q.Round || !slices.Contains(members, s.h.ID()) {
-			return SyncState{}, GroupInfo{}, fmt.Errorf("%w: result of round %d for %d members, we contributed to %d",
-				ErrProtocol, a.Round, len(members), q.Round)
-		}
+		return SyncState{Round: a.Round, Progress: a.Progress, Group: a.Group, Members: members}, GroupInfo{}, nil
 	}
 	if len(members) == 0 {
 		return SyncState{}, GroupInfo{}, fmt.Errorf("%w: a group model without members", ErrProtocol)
@@ -1034,15 +1046,9 @@ func (s *SyncService) converse(x *streamIO, st network.Stream, p peer.ID, q Sync
 	if err := s.ack(x, st); err != nil {
 		return SyncState{}, GroupInfo{}, err
 	}
-	return SyncState{Round: a.Round, Progress: a.Progress, Params: w.Params, Momentum: m.Params, Members: members}, GroupInfo{}, nil
+	return SyncState{Round: a.Round, Progress: a.Progress, Group: a.Group, Params: w.Params, Momentum: m.Params, Members: members}, GroupInfo{}, nil
 }
 
-// ack checks that the responder has ended its side once we have read a
-// whole answer, then ends ours, which tells the responder the answer
-// arrived. In this order (docs/protocol.md) the responder's end is ours
-// before it can close: a responder that stops closes its connections next,
-// and libp2p's TCP resets them (linger 0), which drops whatever the kernel
-// still holds for us unread, its end of stream included.
 func (s *SyncService) ack(x *streamIO, st network.Stream) error {
 	if err := x.expectEOF(); err != nil {
 		return err

@@ -75,7 +75,7 @@ func randVec(n int, seed uint64) []float32 {
 }
 
 func contribution(round int64, progress params.Progress, seed uint64) Contribution {
-	return Contribution{Round: round, Progress: progress, Params: randVec(syncN, seed), Momentum: randVec(syncN, seed+1000)}
+	return Contribution{Round: round, Progress: progress, Params: randVec(syncN, seed)}
 }
 
 func sortedIDs(ps ...*syncPeer) []peer.ID {
@@ -97,11 +97,11 @@ func refusal(t *testing.T, err error, want SyncCode) *SyncRefusal {
 }
 
 func TestSyncRequestWire(t *testing.T) {
-	q := SyncRequest{Kind: SyncContribute, Fingerprint: testFP, Elements: 3, Round: 258}
+	q := SyncRequest{Kind: SyncContribute, Fingerprint: testFP, Elements: 3, Round: 258, Progress: 258 * 48, Base: 0x1122334455667788}
 	b := q.Marshal()
 	// The layout of docs/protocol.md, byte for byte.
 	want := "4d545351" + "01" + "01" + "0000" + hex.EncodeToString(testFP[:]) +
-		"0300000000000000" + "0201000000000000" + "0000000000000000"
+		"0300000000000000" + "0201000000000000" + "000000000030c840" + "8877665544332211" + "0000000000000000"
 	if got := hex.EncodeToString(b[:]); got != want {
 		t.Fatalf("request\n got %s\nwant %s", got, want)
 	}
@@ -113,13 +113,13 @@ func TestSyncRequestWire(t *testing.T) {
 	for i := range fp {
 		fp[i] = byte(i)
 	}
-	doc := SyncRequest{Kind: SyncContribute, Fingerprint: fp, Elements: 1386, Round: 258}.Marshal()
+	doc := SyncRequest{Kind: SyncContribute, Fingerprint: fp, Elements: 1386, Round: 258, Progress: 258 * 48, Base: 0x1122334455667788}.Marshal()
 	if got := hex.EncodeToString(doc[:]); got != "4d5453510101000000"+"0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"+
-		"6a05000000000000"+"0201000000000000"+"0000000000000000" {
+		"6a05000000000000"+"0201000000000000"+"000000000030c840"+"8877665544332211"+"0000000000000000" {
 		t.Errorf("docs example request: %s", got)
 	}
-	docA := SyncAnswer{Round: 258, Progress: 258 * 48, MemberCount: 3, MembersSize: 117}.Marshal()
-	if got := hex.EncodeToString(docA[:]); got != "4d54534101000000"+"0201000000000000"+"000000000030c840"+"0300"+"7500"+"00000000" {
+	docA := SyncAnswer{Round: 258, Progress: 258 * 48, MemberCount: 3, MembersSize: 117, Group: 0x0102030405060708}.Marshal()
+	if got := hex.EncodeToString(docA[:]); got != "4d54534101000000"+"0201000000000000"+"000000000030c840"+"0300"+"7500"+"00000000"+"0807060504030201" {
 		t.Errorf("docs example answer: %s", got)
 	}
 	for _, c := range []struct {
@@ -133,7 +133,10 @@ func TestSyncRequestWire(t *testing.T) {
 		{"kind 0", func(b []byte) []byte { b[5] = 0; return b }, ErrProtocol},
 		{"kind 4", func(b []byte) []byte { b[5] = 4; return b }, ErrProtocol},
 		{"reserved", func(b []byte) []byte { b[7] = 1; return b }, ErrProtocol},
-		{"reserved tail", func(b []byte) []byte { b[63] = 1; return b }, ErrProtocol},
+		{"reserved tail", func(b []byte) []byte { b[79] = 1; return b }, ErrProtocol},
+		{"NaN progress", func(b []byte) []byte { b[63] = 0x7f; b[62] = 0xf8; return b }, ErrNonFinite},
+		{"negative progress", func(b []byte) []byte { b[63] |= 0x80; return b }, ErrProtocol},
+		{"join with progress", func(b []byte) []byte { b[5] = byte(SyncJoin); clear(b[48:56]); return b }, ErrProtocol},
 		{"round overflow", func(b []byte) []byte { b[55] = 0x80; return b }, ErrProtocol},
 		{"contribution to round 0", func(b []byte) []byte { clear(b[48:56]); return b }, ErrProtocol},
 		{"join for a round", func(b []byte) []byte { b[5] = byte(SyncJoin); return b }, ErrProtocol},
@@ -146,9 +149,9 @@ func TestSyncRequestWire(t *testing.T) {
 }
 
 func TestSyncAnswerWire(t *testing.T) {
-	a := SyncAnswer{Code: SyncOK, Round: 7, Progress: 448, MemberCount: 2, MembersSize: 78}
+	a := SyncAnswer{Code: SyncOK, Round: 7, Progress: 448, MemberCount: 2, MembersSize: 78, Group: 9}
 	b := a.Marshal()
-	want := "4d545341" + "01" + "00" + "00" + "00" + "0700000000000000" + "0000000000007c40" + "0200" + "4e00" + "00000000"
+	want := "4d545341" + "01" + "00" + "00" + "00" + "0700000000000000" + "0000000000007c40" + "0200" + "4e00" + "00000000" + "0900000000000000"
 	if got := hex.EncodeToString(b[:]); got != want {
 		t.Fatalf("answer\n got %s\nwant %s", got, want)
 	}
@@ -272,6 +275,12 @@ func TestSyncRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := []Contribution{contribution(6, 116, 10), contribution(6, 116, 20), contribution(6, 116, 30)}
+	want := make([]float64, syncN)
+	for _, c := range cs {
+		for j, v := range c.Params {
+			want[j] += float64(v) / 3
+		}
+	}
 	results := make([]SyncState, 3)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
@@ -287,18 +296,13 @@ func TestSyncRound(t *testing.T) {
 		if r.Round != 6 || r.Progress != 100+3*16 || !slices.Equal(r.Members, group) {
 			t.Fatalf("result %d: round %d progress %v members %v", i, r.Round, float64(r.Progress), r.Members)
 		}
-		if !slices.Equal(r.Params, results[0].Params) || !slices.Equal(r.Momentum, results[0].Momentum) {
+		if !slices.Equal(r.Params, results[0].Params) || r.Group != results[0].Group || r.Group == 0 {
 			t.Fatalf("member %d got another average than the leader", i)
 		}
 	}
-	for j := range syncN {
-		var w, m float64
-		for _, c := range cs {
-			w += float64(c.Params[j]) / 3
-			m += float64(c.Momentum[j]) / 3
-		}
-		if math.Abs(w-float64(results[0].Params[j])) > 1e-6 || math.Abs(m-float64(results[0].Momentum[j])) > 1e-6 {
-			t.Fatalf("element %d: (%g, %g), mean is (%g, %g)", j, results[0].Params[j], results[0].Momentum[j], w, m)
+	for j, w := range want {
+		if math.Abs(w-float64(results[0].Params[j])) > 1e-6 {
+			t.Fatalf("element %d: %g, mean is %g", j, results[0].Params[j], w)
 		}
 	}
 	if s := l.svc.Stats(); s.RoundsLed != 1 || s.ContributionsReceived != 2 {
@@ -327,6 +331,10 @@ func TestSyncRound(t *testing.T) {
 	if s := l.svc.Stats(); s.StaleRounds != 2 || l.svc.Counters().Rejected(ReasonStale) != 2 {
 		t.Errorf("stale rounds %d, rejected stale %d, want 2 and 2", s.StaleRounds, l.svc.Counters().Rejected(ReasonStale))
 	}
+	// A contribution from another model of the next round: join again.
+	c := contribution(7, 164, 40)
+	c.Base = results[0].Group + 1
+	refusal(t, contributeErr(a, l, c), SyncStale)
 }
 
 func contributeErr(from, to *syncPeer, c Contribution) error {
@@ -528,12 +536,13 @@ func TestSyncUploadLimiter(t *testing.T) {
 		_ = c.Close()
 	}
 	frame := uint64(FrameHeaderSize + 4*syncN)
-	// The leader sent the join's and the round's two frames each, the
-	// exchange one.
-	if sent := shared.Snapshot().BytesSent; lim.total() != sent || sent < 5*frame {
+	// The leader sent the join's two frames, the exchange one and half
+	// the vector twice in the all-reduce; the member its requests and half
+	// the vector twice.
+	if sent := shared.Snapshot().BytesSent; lim.total() != sent || sent < 3*frame+4*syncN {
 		t.Errorf("leader: limiter saw %d bytes, %d sent", lim.total(), sent)
 	}
-	if sent := m.svc.Counters().Snapshot().BytesSent; mlim.total() != sent || sent < 2*frame {
+	if sent := m.svc.Counters().Snapshot().BytesSent; mlim.total() != sent || sent < 4*syncN {
 		t.Errorf("member: limiter saw %d bytes, %d sent", mlim.total(), sent)
 	}
 	if lim.maxN > limiterPiece || mlim.maxN > limiterPiece {
@@ -582,7 +591,7 @@ func TestSyncHostile(t *testing.T) {
 	rejected := func(r Reason) uint64 { return l.svc.Counters().Rejected(r) }
 
 	st := rawSync(t, evil, l.id())
-	_, _ = st.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n" + string(make([]byte, 40))))
+	_, _ = st.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n" + string(make([]byte, SyncRequestSize))))
 	eventually(t, "garbage to be counted", func() bool { return rejected(ReasonBadMagic) == 1 })
 
 	other := testFP
@@ -604,32 +613,32 @@ func TestSyncHostile(t *testing.T) {
 		}
 	}
 
-	// Contributions whose frames lie: wrong step, two progress values, a
-	// batch beyond the limit.
-	send := func(round, step int64, p1, p2 params.Progress) SyncAnswer {
+	// Contributions whose progress lies: a batch beyond the limit, less
+	// than the group's.
+	send := func(round int64, p params.Progress) SyncAnswer {
 		st := rawSync(t, evil, l.id())
-		qb := SyncRequest{Kind: SyncContribute, Fingerprint: testFP, Elements: syncN, Round: round}.Marshal()
+		qb := SyncRequest{Kind: SyncContribute, Fingerprint: testFP, Elements: syncN, Round: round, Progress: p}.Marshal()
 		_, _ = st.Write(qb[:])
-		if a := readAnswer(t, st); a.Code != SyncOK {
-			t.Fatalf("no go-ahead: %+v", a)
-		}
-		w := FrameWriter{ChunkSize: cfg.ChunkSize}
-		_ = w.WriteFrame(st, params.Snapshot{Fingerprint: testFP, Step: step, Progress: p1, Params: randVec(syncN, 5)})
-		_ = w.WriteFrame(st, params.Snapshot{Fingerprint: testFP, Step: step, Progress: p2, Params: randVec(syncN, 6)})
 		_ = st.CloseWrite()
 		a := readAnswer(t, st)
 		_, _ = io.Copy(io.Discard, st) // the end of stream: the leader is done with us
 		return a
 	}
 	before := rejected(ReasonProtocol)
-	for _, a := range []SyncAnswer{send(4, 9, 64, 64), send(4, 4, 64, 65), send(4, 4, 48+65, 48+65), send(4, 4, 40, 40)} {
+	for _, a := range []SyncAnswer{send(4, 48+65), send(4, 40)} {
 		if a.Code != SyncRejected || a.Reason != ReasonProtocol {
 			t.Errorf("lying contribution answered %s/%s", a.Code, a.Reason)
 		}
 	}
-	if got := rejected(ReasonProtocol) - before; got != 4 {
-		t.Errorf("counted %d protocol violations, want 4", got)
+	if got := rejected(ReasonProtocol) - before; got != 2 {
+		t.Errorf("counted %d protocol violations, want 2", got)
 	}
+	// A NaN progress does not parse: counted, and the stream is cut.
+	st = rawSync(t, evil, l.id())
+	qb := SyncRequest{Kind: SyncContribute, Fingerprint: testFP, Elements: syncN, Round: 4}.Marshal()
+	qb[62], qb[63] = 0xf8, 0x7f
+	_, _ = st.Write(qb[:])
+	eventually(t, "a NaN progress to be counted", func() bool { return rejected(ReasonNonFinite) == 1 })
 	// None of it entered the round: ours alone completes it.
 	res, err := l.svc.Reduce(t.Context(), contribution(4, 64, 9))
 	if err != nil || !slices.Equal(res.Members, []peer.ID{l.id()}) {
@@ -671,8 +680,8 @@ func FuzzSyncDecode(f *testing.F) {
 }
 
 // BenchmarkSyncRound is one round of a leader and three members over
-// loopback TCP with the default MLP's 235,146 parameters: each member sends
-// its parameters and momentum and gets the average back.
+// loopback TCP with the default MLP's 235,146 parameters: the leader's
+// member list, then the all-reduce of the parameters.
 func BenchmarkSyncRound(b *testing.B) {
 	const n, members = 235146, 3
 	cfg := syncTestConfig()
@@ -701,24 +710,31 @@ func BenchmarkSyncRound(b *testing.B) {
 	}
 	own := make([]Contribution, len(peers))
 	for i := range own {
-		own[i] = Contribution{Params: randVec(n, uint64(10+i)), Momentum: randVec(n, uint64(20+i))}
+		own[i] = Contribution{Params: randVec(n, uint64(10+i))}
 	}
 	ctx := context.Background()
-	b.SetBytes(int64(members * 2 * 2 * 4 * n)) // up and down, params and momentum
+	b.SetBytes(int64(4 * n)) // the vector averaged
+	var group uint64
 	b.ResetTimer()
 	for r := int64(1); r <= int64(b.N); r++ {
 		var wg sync.WaitGroup
 		errs := make([]error, len(peers))
 		for i, p := range peers[1:] {
 			c := own[i+1]
-			c.Round, c.Progress = r, params.Progress(float64(16*(members+1)*(r-1))+16)
+			c.Round, c.Progress, c.Base = r, params.Progress(float64(16*(members+1)*(r-1))+16), group
 			wg.Go(func() { _, errs[i+1] = p.svc.Contribute(ctx, l.id(), c) })
 		}
 		c := own[0]
-		c.Round, c.Progress = r, params.Progress(float64(16*(members+1)*(r-1))+16)
-		_, errs[0] = l.svc.Reduce(ctx, c)
+		c.Round, c.Progress, c.Base = r, params.Progress(float64(16*(members+1)*(r-1))+16), group
+		res, err := l.svc.Reduce(ctx, c)
+		errs[0] = err
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
+			b.Fatal(err)
+		}
+		group = res.Group
+		res.Momentum = base.Momentum
+		if err := l.svc.Lead(res); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,9 +1,10 @@
 package gossip
 
-// The sync all-reduce's wire codec (/meshtrain/sync/1.0.0, docs/protocol.md
+// The sync coordinator's wire codec (/meshtrain/sync/2.0.0, docs/protocol.md
 // "Sync mode"): the request and answer headers and the member list. Pure, as
-// codec.go is: byte layouts and checks, no libp2p. Parameters travel in the
-// exchange's frames (codec.go).
+// codec.go is: byte layouts and checks, no libp2p. A joiner's model travels
+// in the exchange's frames (codec.go); a round's data moves on the
+// all-reduce path (allreduce.go).
 
 import (
 	"encoding/binary"
@@ -18,9 +19,9 @@ import (
 // Sync wire sizes and limits.
 const (
 	// SyncRequestSize is the fixed size of a sync request header.
-	SyncRequestSize = 64
+	SyncRequestSize = 80
 	// SyncAnswerSize is the fixed size of a sync answer header.
-	SyncAnswerSize = 32
+	SyncAnswerSize = 40
 	// MaxSyncMembers bounds a group: the member list of an answer must fit
 	// its 16-bit byte count even with the longest peer IDs.
 	MaxSyncMembers = 1000
@@ -38,8 +39,9 @@ type SyncKind uint8
 
 // Sync request kinds.
 const (
-	// SyncContribute sends the member's model after its local step of a
-	// round and waits for the round's average.
+	// SyncContribute says the member has taken its local step of a round
+	// (with its progress) and waits for the round's member list, among
+	// whom it then all-reduces its vector.
 	SyncContribute SyncKind = 1
 	// SyncJoin asks the leader for the group's model at the last round
 	// boundary; the leader then expects the joiner in the next round.
@@ -70,6 +72,10 @@ type SyncRequest struct {
 	// Round is the round a contribution belongs to (>= 1); 0 for join and
 	// probe.
 	Round int64
+	// Progress after the member's local step, and Base, the Group of the
+	// model the step started from: a contribution's only; 0 otherwise.
+	Progress params.Progress
+	Base     uint64
 }
 
 // Marshal encodes the request as it goes on the wire.
@@ -81,6 +87,8 @@ func (q SyncRequest) Marshal() [SyncRequestSize]byte {
 	copy(b[8:40], q.Fingerprint[:])
 	binary.LittleEndian.PutUint64(b[40:48], q.Elements)
 	binary.LittleEndian.PutUint64(b[48:56], uint64(q.Round))
+	binary.LittleEndian.PutUint64(b[56:64], math.Float64bits(float64(q.Progress)))
+	binary.LittleEndian.PutUint64(b[64:72], q.Base)
 	return b
 }
 
@@ -95,20 +103,30 @@ func ParseSyncRequest(b []byte) (SyncRequest, error) {
 	if b[4] != WireVersion {
 		return SyncRequest{}, fmt.Errorf("%w: sync request version %d", ErrBadVersion, b[4])
 	}
-	q := SyncRequest{Kind: SyncKind(b[5]), Elements: binary.LittleEndian.Uint64(b[40:48])}
+	q := SyncRequest{Kind: SyncKind(b[5]), Elements: binary.LittleEndian.Uint64(b[40:48]),
+		Progress: params.Progress(math.Float64frombits(binary.LittleEndian.Uint64(b[56:64]))),
+		Base:     binary.LittleEndian.Uint64(b[64:72])}
 	copy(q.Fingerprint[:], b[8:40])
 	round := binary.LittleEndian.Uint64(b[48:56])
+	pf := float64(q.Progress)
 	switch {
 	case q.Kind < SyncContribute || q.Kind > SyncProbe:
 		return q, fmt.Errorf("%w: sync request kind %d", ErrProtocol, b[5])
-	case b[6] != 0 || b[7] != 0 || binary.LittleEndian.Uint64(b[56:64]) != 0:
+	case b[6] != 0 || b[7] != 0 || binary.LittleEndian.Uint64(b[72:80]) != 0:
 		return q, fmt.Errorf("%w: reserved sync request bytes set", ErrProtocol)
 	case round > math.MaxInt64:
 		return q, fmt.Errorf("%w: sync round %d", ErrProtocol, round)
+	case math.IsNaN(pf) || math.IsInf(pf, 0):
+		return q, fmt.Errorf("%w: sync progress %v", ErrNonFinite, pf)
+	case pf < 0:
+		return q, fmt.Errorf("%w: negative sync progress %v", ErrProtocol, pf)
 	}
 	q.Round = int64(round)
 	if (q.Kind == SyncContribute) != (q.Round > 0) {
 		return q, fmt.Errorf("%w: %s request for round %d", ErrProtocol, q.Kind, q.Round)
+	}
+	if q.Kind != SyncContribute && (pf != 0 || q.Base != 0) {
+		return q, fmt.Errorf("%w: %s request with progress or base", ErrProtocol, q.Kind)
 	}
 	return q, nil
 }
@@ -118,9 +136,9 @@ type SyncCode uint8
 
 // Sync answer codes.
 const (
-	// SyncOK: to a contribution's request, "send yours"; after the
-	// contribution, the round's average follows; to a join, the group's
-	// model follows; to a probe, the group's round and progress.
+	// SyncOK: to a contribution, the round's member list (all-reduce
+	// among them); to a join, the group's model follows; to a probe, the
+	// group's round and progress.
 	SyncOK SyncCode = 0
 	// SyncBusy: at capacity, or the round is being averaged; ask again soon.
 	SyncBusy SyncCode = 1
@@ -152,22 +170,25 @@ func (c SyncCode) String() string {
 }
 
 // SyncAnswer is the fixed-size header of every sync answer. A member list
-// of MemberCount peer IDs (MembersSize bytes) follows it, then, for a model
-// (a round's average or a join), two parameter frames: parameters, then
-// momentum.
+// of MemberCount peer IDs (MembersSize bytes) follows it, then, for a join,
+// two parameter frames: parameters, then momentum.
 type SyncAnswer struct {
 	Code SyncCode
 	// Reason is set with SyncRejected.
 	Reason Reason
-	// Round: the round completed (a result), the round a joiner's model
-	// ends (a join or probe), the contribution's round ("send yours"), or
-	// the leader's last completed round (stale, ahead).
+	// Round: the round whose member list this is (a contribution), the
+	// round a joiner's model ends (a join or probe), or the leader's last
+	// completed round (stale, ahead).
 	Round int64
 	// Progress of the model that follows or that a probe describes.
 	Progress params.Progress
 	// MemberCount and MembersSize describe the member list that follows.
 	MemberCount int
 	MembersSize int
+	// Group names the model at the end of Round: for a contribution, the
+	// round's all-reduce (and the base of the next round's contributions);
+	// for a join, the model that follows.
+	Group uint64
 }
 
 // Marshal encodes the answer header as it goes on the wire.
@@ -181,6 +202,7 @@ func (a SyncAnswer) Marshal() [SyncAnswerSize]byte {
 	binary.LittleEndian.PutUint64(b[16:24], math.Float64bits(float64(a.Progress)))
 	binary.LittleEndian.PutUint16(b[24:26], uint16(a.MemberCount))
 	binary.LittleEndian.PutUint16(b[26:28], uint16(a.MembersSize))
+	binary.LittleEndian.PutUint64(b[32:40], a.Group)
 	return b
 }
 
@@ -204,6 +226,7 @@ func ParseSyncAnswer(b []byte) (SyncAnswer, error) {
 		Progress:    params.Progress(math.Float64frombits(binary.LittleEndian.Uint64(b[16:24]))),
 		MemberCount: int(binary.LittleEndian.Uint16(b[24:26])),
 		MembersSize: int(binary.LittleEndian.Uint16(b[26:28])),
+		Group:       binary.LittleEndian.Uint64(b[32:40]),
 	}
 	pf := float64(a.Progress)
 	switch {

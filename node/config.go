@@ -27,15 +27,31 @@ const (
 	// ModeSync is the synchronous baseline (DDP semantics): every step all
 	// members of a group average, so each step waits for the slowest.
 	ModeSync Mode = "sync"
+	// ModeDiloco is the baseline for training over the internet (DiLoCo):
+	// InnerSteps local steps, then the group all-reduces the
+	// pseudo-gradient and takes an outer Nesterov step; each round waits
+	// for the slowest member.
+	ModeDiloco Mode = "diloco"
 )
+
+// InnerScaling values: InnerScalingNone gives every diloco member
+// InnerSteps per round; InnerScalingSpeed scales them by the member's speed
+// over the group's fastest (DyLU), so all finish a round together.
+const (
+	InnerScalingNone  = "none"
+	InnerScalingSpeed = "speed"
+)
+
+// DefaultInnerSteps is diloco's inner steps per round.
+const DefaultInnerSteps = 50
 
 // ParseMode validates a mode name.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case ModeGossip, ModeLocal, ModeSync:
+	case ModeGossip, ModeLocal, ModeSync, ModeDiloco:
 		return m, nil
 	}
-	return "", fmt.Errorf("node: unknown mode %q (want gossip, sync or local)", s)
+	return "", fmt.Errorf("node: unknown mode %q (want gossip, sync, diloco or local)", s)
 }
 
 // Config is everything a node needs. DefaultConfig fills every field;
@@ -82,6 +98,14 @@ type Config struct {
 	// give up on a leader that has not answered within twice this. It must
 	// exceed the slowest member's step time.
 	SyncTimeout time.Duration
+	// InnerSteps (diloco mode) is the local steps between two outer
+	// rounds, >= 1; InnerScaling is InnerScalingNone or InnerScalingSpeed.
+	// SyncTimeout must then exceed InnerSteps x the slowest member's step.
+	InnerSteps   int
+	InnerScaling string
+	// OuterLR and OuterMomentum (diloco mode) are the outer Nesterov
+	// step's learning rate, > 0, and momentum, in [0, 1).
+	OuterLR, OuterMomentum float64
 
 	// CheckpointEvery is the wall time between checkpoints (0: only the
 	// final one). Ignored without a store.
@@ -171,6 +195,10 @@ func DefaultConfig() Config {
 		LRScaling:       LRScalingNone,
 		Trust:           DefaultTrustConfig(),
 		SyncTimeout:     10 * time.Second,
+		InnerSteps:      DefaultInnerSteps,
+		InnerScaling:    InnerScalingNone,
+		OuterLR:         averaging.DefaultOuterLR,
+		OuterMomentum:   averaging.DefaultOuterMomentum,
 		CheckpointEvery: 30 * time.Second,
 		EvalEvery:       10 * time.Second,
 		ReportEvery:     2 * time.Second,
@@ -247,7 +275,7 @@ func (c Config) Validate() error {
 	}
 	if !c.Offline {
 		if _, err := ParseMode(string(c.Mode)); err != nil {
-			bad("mode %q: want gossip, sync or local", c.Mode)
+			bad("mode %q: want gossip, sync, diloco or local", c.Mode)
 		}
 		if _, err := ParseProfile(string(c.Host.Profile)); err != nil {
 			bad("profile %q: want local, lan or public", c.Host.Profile)
@@ -285,6 +313,18 @@ func (c Config) Validate() error {
 		}
 		if c.SyncTimeout <= 0 {
 			bad("sync-timeout %v: must be > 0", c.SyncTimeout)
+		}
+		if c.InnerSteps < 1 || c.InnerSteps > 1<<20 {
+			bad("inner-steps %d: must be in [1, %d]", c.InnerSteps, 1<<20)
+		}
+		if c.InnerScaling != InnerScalingNone && c.InnerScaling != InnerScalingSpeed {
+			bad("inner-steps-scaling %q: want none or speed", c.InnerScaling)
+		}
+		if o := (averaging.Outer{LR: c.OuterLR}); o.Validate() != nil {
+			bad("outer-lr %v: must be finite and > 0", c.OuterLR)
+		}
+		if o := (averaging.Outer{LR: 1, Momentum: c.OuterMomentum}); o.Validate() != nil {
+			bad("outer-momentum %v: must be in [0, 1)", c.OuterMomentum)
 		}
 		if c.Host.DiscoveryInterval < 0 {
 			bad("discovery-interval %v: must be >= 0", c.Host.DiscoveryInterval)

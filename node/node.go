@@ -56,6 +56,10 @@ type Node struct {
 	// averager.go. sync is sync mode's side of the trainer loop: sync.go.
 	avg  *averager
 	sync *syncer
+	// groupProgress is the progress of the sync group's model at the last
+	// round boundary (float64 bits): diloco's run clock, written by the
+	// trainer loop (syncer), read by every goroutine.
+	groupProgress atomic.Uint64
 	// trust scores peers (nil when disabled or offline); see trust.go.
 	// holdout: the trainer scores a holdout the trust checks validate on.
 	trust   *trust
@@ -273,7 +277,7 @@ func (n *Node) startMesh(ctx context.Context) error {
 	if n.ann, err = gossip.NewAnnouncer(n.host, n.ps, ac, n.announcement); err != nil {
 		return err
 	}
-	if n.cfg.Mode == ModeSync {
+	if n.cfg.Mode == ModeSync || n.cfg.Mode == ModeDiloco {
 		if n.sync, err = n.newSyncer(); err != nil {
 			return err
 		}

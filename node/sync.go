@@ -9,8 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/meshtrain/meshtrain/averaging"
 	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/params"
 )
@@ -20,13 +22,18 @@ import (
 // each step waits for the slowest member.
 //
 // Why averaging models is DDP: SGD with momentum and weight decay is linear
-// in the gradient. From identical (w, m), member i's step gives
-// m_i = mu m + g_i + wd w and w_i = w - lr m_i; the mean over k members is
-// mean(m_i) = mu m + mean(g) + wd w and mean(w_i) = w - lr mean(m_i), which
-// is exactly one step on the mean gradient, with k x the batch. So a round
-// is: a local Step, then the leader averages everyone's (params, momentum),
-// then every member applies the average, and everyone starts the next round
-// from identical (w, m) again. Progress grows by every member's batch.
+// in the gradient. From identical w, with member i's own momentum m_i,
+// member i's step gives m_i' = mu m_i + g_i + wd w and w_i = w - lr m_i';
+// the mean over k members is mean(m') = mu mean(m) + mean(g) + wd w and
+// mean(w_i) = w - lr mean(m'). So if mean(m) is the momentum DDP would hold,
+// mean(w_i) is exactly one DDP step on the mean gradient, with k x the
+// batch, and mean(m') is again DDP's momentum. A round is therefore: a
+// local Step, then an all-reduce of the parameters among the members (the
+// leader only says who the members are: gossip.SyncService), and every
+// member applies the mean. Momentum never travels: every member applies
+// the same averaged update and keeps its own momentum, whose mean is DDP's.
+// A joiner takes the leader's momentum along with the model. Progress grows
+// by every member's batch.
 //
 // Policy (the protocol itself is gossip.SyncService):
 //   - the group is the member list of the last round's result; the lowest
@@ -64,8 +71,10 @@ type SyncStatus struct {
 	// LeadersLost counts leaders given up on (no answer in time, or a
 	// broken stream).
 	LeadersLost int64 `json:"leaders_lost"`
-	// Protocol counters of this node's sync service.
-	Service gossip.SyncStats `json:"service"`
+	// Protocol counters of this node's sync service, and of its all-reduce
+	// data path (a failure: a member failed mid-round).
+	Service   gossip.SyncStats      `json:"service"`
+	AllReduce gossip.AllReduceStats `json:"all_reduce"`
 }
 
 // syncRetry is the pause before asking again after a refusal that says
@@ -92,6 +101,11 @@ type syncer struct {
 	deferSince time.Time             // since when we leave founding to a lower peer
 	counts     struct{ joins, founded, lost int64 }
 
+	// Diloco mode: the outer optimizer (nil in sync mode), the inner steps
+	// taken this round and how many to take.
+	outer         *averaging.Outer
+	inner, target int
+
 	mu   sync.Mutex
 	view SyncStatus
 }
@@ -102,6 +116,12 @@ func (n *Node) newSyncer() (*syncer, error) {
 	c.MaxElements, c.ChunkSize, c.ChunkTimeout = n.cfg.Exchange.MaxElements, n.cfg.Exchange.ChunkSize, n.cfg.Exchange.ChunkTimeout
 	c.Timeout = n.cfg.SyncTimeout
 	c.MaxProgressDelta = float64(n.cfg.Train.Batch)
+	var outer *averaging.Outer
+	if n.cfg.Mode == ModeDiloco {
+		// A round adds up to InnerSteps batches per member.
+		c.MaxProgressDelta *= float64(n.cfg.InnerSteps)
+		outer = &averaging.Outer{LR: n.cfg.OuterLR, Momentum: n.cfg.OuterMomentum}
+	}
 	c.Counters, c.Logger, c.OnReject = &n.counters, n.baseLog, n.cfg.Exchange.OnReject
 	// The exchange's limiter: MaxUpload caps both protocols together.
 	c.UploadLimiter = n.svc.UploadLimiter()
@@ -113,8 +133,8 @@ func (n *Node) newSyncer() (*syncer, error) {
 		return nil, err
 	}
 	return &syncer{
-		n: n, svc: svc, log: n.log.With("mode", "sync"), probeEvery: n.cfg.Announce.Interval,
-		failed: make(map[peer.ID]time.Time), probed: make(map[peer.ID]time.Time),
+		n: n, svc: svc, log: n.log.With("mode", string(n.cfg.Mode)), probeEvery: n.cfg.Announce.Interval,
+		failed: make(map[peer.ID]time.Time), probed: make(map[peer.ID]time.Time), outer: outer,
 	}, nil
 }
 
@@ -130,8 +150,40 @@ func (n *Node) SyncStatus() SyncStatus {
 	v := s.view
 	v.Members = slices.Clone(v.Members)
 	s.mu.Unlock()
-	v.Service = s.svc.Stats()
+	v.Service, v.AllReduce = s.svc.Stats(), s.svc.AllReduceStats()
 	return v
+}
+
+// local is our model after a local step: what we contribute to a round
+// (the all-reduce overwrites own.Params), and the model we would found a
+// group with.
+type local struct {
+	own  gossip.Contribution
+	mom  []float32 // sync: our momentum after the step, which we keep
+	base gossip.SyncState
+}
+
+// current takes the trainer's model, between two steps. In sync mode we
+// contribute our parameters to round = our step; in diloco mode our
+// pseudo-gradient (the group's model minus ours) to the next outer round.
+func (s *syncer) current() local {
+	st := s.n.trainer.State() // between two steps: nobody else steps
+	if s.outer == nil {
+		own := gossip.Contribution{Round: st.Step, Progress: st.Progress, Base: s.state.Group, Params: st.Params}
+		return local{own: own, mom: st.Opt,
+			base: gossip.SyncState{Round: st.Step, Progress: st.Progress, Params: st.Params, Momentum: st.Opt}}
+	}
+	d := make([]float32, len(st.Params))
+	if s.synced && len(s.state.Params) == len(d) {
+		_ = averaging.PseudoGradient(d, s.state.Params, st.Params)
+	}
+	buf := s.outer.Buf
+	if buf == nil {
+		buf = make([]float32, len(st.Params))
+	}
+	own := gossip.Contribution{Round: s.state.Round + 1, Progress: st.Progress, Base: s.state.Group, Params: d}
+	return local{own: own,
+		base: gossip.SyncState{Round: s.state.Round, Progress: st.Progress, Params: st.Params, Momentum: slices.Clone(buf)}}
 }
 
 // step runs after each local Step: it takes the trainer's model as our
@@ -139,31 +191,47 @@ func (n *Node) SyncStatus() SyncStatus {
 // applied (or we joined or founded a group instead). It returns only ctx's
 // error; every other failure is handled by asking someone else.
 func (s *syncer) step(ctx context.Context) error {
-	st := s.n.trainer.State() // between two steps: nobody else steps
-	own := gossip.Contribution{Round: st.Step, Progress: st.Progress, Params: st.Params, Momentum: st.Opt}
+	if s.outer != nil && s.synced {
+		// Diloco: inner steps need nobody until this round's are done.
+		if s.inner++; s.inner < s.target {
+			return nil
+		}
+	}
+	l := s.current()
 	for ctx.Err() == nil {
 		if !s.synced {
 			// Our step was not taken from the group's model: it is
 			// dropped, and the next one is our first in the group.
-			if s.join(ctx, own); s.synced {
+			if s.join(ctx, l); s.synced {
 				return nil
 			}
 			continue
 		}
+		l.own.Base = s.state.Group
 		leader := s.leader()
 		if leader == s.n.id {
-			if s.lead(ctx, own) {
+			if s.lead(ctx, &l) {
 				return nil
 			}
 			continue
 		}
-		res, err := s.svc.Contribute(ctx, leader, own)
+		res, err := s.svc.Contribute(ctx, leader, l.own)
 		if err == nil {
-			s.adopt(res)
+			s.adopt(res, l.mom, false)
 			return nil
 		}
 		if ctx.Err() != nil {
 			break
+		}
+		if errors.Is(err, gossip.ErrAllReduce) {
+			// A member failed mid-round. The members that finished hold
+			// the round's model and the leader (if it finished) serves
+			// it; we join again, and our vector is a partial mean.
+			s.log.Info("sync all-reduce failed", "round", l.own.Round, "err", err)
+			s.reduceFailed(err)
+			s.unsync(leader)
+			l = s.current()
+			continue
 		}
 		s.refused(ctx, leader, err)
 	}
@@ -172,25 +240,46 @@ func (s *syncer) step(ctx context.Context) error {
 
 // lead runs a round we lead; false means the round could not be run here
 // and the caller should look again at who leads.
-func (s *syncer) lead(ctx context.Context, own gossip.Contribution) bool {
+func (s *syncer) lead(ctx context.Context, l *local) bool {
 	if s.merge(ctx) {
 		return true
 	}
 	if err := s.svc.Lead(s.leadBase()); err != nil {
-		s.log.Warn("cannot lead the sync round", "round", own.Round, "err", err)
+		s.log.Warn("cannot lead the sync round", "round", l.own.Round, "err", err)
 		s.unsync("")
 		return false
 	}
-	res, err := s.svc.Reduce(ctx, own)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("sync round failed", "round", own.Round, "err", err)
-			s.unsync("")
-		}
+	res, err := s.svc.Reduce(ctx, l.own)
+	switch {
+	case err == nil:
+		s.adopt(res, l.mom, false)
+		return true
+	case ctx.Err() != nil:
 		return false
+	case errors.Is(err, gossip.ErrAllReduce):
+		// A member failed mid-round. We found a group anew from our own
+		// model (the members that did finish are refused by the new
+		// group's nonce and join it, as do the others): within one
+		// timeout the rest go on, and the failed member is not waited for.
+		s.log.Info("sync all-reduce failed; founding the group anew", "round", l.own.Round, "err", err)
+		s.reduceFailed(err)
+		s.svc.Unsync()
+		*l = s.current()
+		s.found(ctx, *l)
+		return s.synced
 	}
-	s.adopt(res)
-	return true
+	s.log.Warn("sync round failed", "round", l.own.Round, "err", err)
+	s.unsync("")
+	return false
+}
+
+// reduceFailed gives up on the member an all-reduce failed on, if known,
+// until it announces again: neither a join nor the next group asks it.
+func (s *syncer) reduceFailed(err error) {
+	var re *gossip.AllReduceError
+	if errors.As(err, &re) && re.Peer != "" && re.Peer != s.n.id {
+		s.failed[re.Peer] = time.Now()
+	}
 }
 
 // refused handles a failed contribution to leader.
@@ -294,7 +383,7 @@ func (s *syncer) candidates() []peer.ID {
 	s.forgive()
 	var out []peer.ID
 	for _, p := range s.n.ann.Fresh() { // sorted by ID
-		if p.Peer != s.n.id && p.Fingerprint == s.n.fp && p.Mode == string(ModeSync) && s.failed[p.Peer].IsZero() {
+		if p.Peer != s.n.id && p.Fingerprint == s.n.fp && p.Mode == string(s.n.cfg.Mode) && s.failed[p.Peer].IsZero() {
 			out = append(out, p.Peer)
 		}
 	}
@@ -302,14 +391,30 @@ func (s *syncer) candidates() []peer.ID {
 }
 
 // join adopts the model of a group some fresh sync peer belongs to, or, if
-// none answers with one, founds a group of our own with own.
-func (s *syncer) join(ctx context.Context, own gossip.Contribution) {
+// none answers with one, founds a group of our own with ours.
+func (s *syncer) join(ctx context.Context, ours local) {
 	tried := map[peer.ID]bool{s.n.id: true}
 	cands := s.candidates()
-	if s.rejoin != "" {
+	// The leader that sent us here is asked first, unless its connection
+	// is gone: then it is likely the member whose failure ended our round,
+	// and a dial to a dead peer can take a whole timeout.
+	connected := func(p peer.ID) bool { return s.n.host.Network().Connectedness(p) == network.Connected }
+	if s.rejoin != "" && connected(s.rejoin) && s.failed[s.rejoin].IsZero() {
 		cands = append([]peer.ID{s.rejoin}, cands...)
-		s.rejoin = ""
 	}
+	s.rejoin = ""
+	// Peers we are connected to first, for the same reason; the order
+	// among them (and among the others) stays.
+	slices.SortStableFunc(cands, func(a, b peer.ID) int {
+		ca, cb := connected(a), connected(b)
+		switch {
+		case ca && !cb:
+			return -1
+		case cb && !ca:
+			return 1
+		}
+		return 0
+	})
 	busy := false
 	for _, p := range cands {
 		for p != "" && !tried[p] && s.failed[p].IsZero() {
@@ -319,7 +424,7 @@ func (s *syncer) join(ctx context.Context, own gossip.Contribution) {
 				s.deferSince = time.Time{}
 				s.counts.joins++
 				s.log.Info("joined a sync group", "via", p, "round", res.Round, "members", len(res.Members))
-				s.adopt(res)
+				s.adopt(res, nil, true)
 				return
 			}
 			if ctx.Err() != nil {
@@ -349,7 +454,7 @@ func (s *syncer) join(ctx context.Context, own gossip.Contribution) {
 	// time. So only the node with the lowest ID among the candidates
 	// founds; the others ask again shortly and join its group. A lower node
 	// that does not found within twice the sync timeout is not waited for.
-	if lower := slices.ContainsFunc(cands, func(p peer.ID) bool { return p < s.n.id }); lower {
+	if lower := slices.ContainsFunc(cands, func(p peer.ID) bool { return p < s.n.id && s.failed[p].IsZero() }); lower {
 		if s.deferSince.IsZero() {
 			s.deferSince = time.Now()
 		}
@@ -359,13 +464,13 @@ func (s *syncer) join(ctx context.Context, own gossip.Contribution) {
 		}
 	}
 	s.deferSince = time.Time{}
-	s.found(ctx, own)
+	s.found(ctx, ours)
 }
 
 // found starts a group of our own from our model.
-func (s *syncer) found(ctx context.Context, own gossip.Contribution) {
-	st := gossip.SyncState{Round: own.Round, Progress: own.Progress, Params: own.Params, Momentum: own.Momentum,
-		Members: []peer.ID{s.n.id}}
+func (s *syncer) found(ctx context.Context, l local) {
+	st := l.base
+	st.Group, st.Members = gossip.NewGroup(), []peer.ID{s.n.id}
 	if err := s.svc.Lead(st); err != nil {
 		// Our own model cannot be sent (it diverged): nothing to lead with.
 		s.log.Error("cannot found a sync group", "err", err)
@@ -373,8 +478,9 @@ func (s *syncer) found(ctx context.Context, own gossip.Contribution) {
 		return
 	}
 	s.counts.founded++
-	s.log.Info("founded a sync group", "round", own.Round)
+	s.log.Info("founded a sync group", "round", st.Round)
 	s.state, s.synced, s.forceLead = st, true, false
+	s.startRound()
 	s.setView()
 }
 
@@ -384,7 +490,12 @@ func (s *syncer) found(ctx context.Context, own gossip.Contribution) {
 func (s *syncer) merge(ctx context.Context) bool {
 	now := time.Now()
 	for _, p := range s.candidates() {
-		if slices.Contains(s.state.Members, p) || now.Sub(s.probed[p]) < s.probeEvery {
+		// A peer we have no connection to is not probed: the probe runs
+		// inside our round, and a dial to a peer that just died (a member
+		// we dropped, still announced) can take a whole timeout. Live
+		// groups' members are connected by discovery and found then.
+		if slices.Contains(s.state.Members, p) || now.Sub(s.probed[p]) < s.probeEvery ||
+			s.n.host.Network().Connectedness(p) != network.Connected {
 			continue
 		}
 		s.probed[p] = now
@@ -405,7 +516,7 @@ func (s *syncer) merge(ctx context.Context) bool {
 		s.counts.joins++
 		s.log.Info("merged into a sync group further along", "leader", g.Leader, "round", res.Round,
 			"progress", float64(res.Progress), "ours", float64(s.state.Progress))
-		s.adopt(res)
+		s.adopt(res, nil, true)
 		return true
 	}
 	for p, at := range s.probed {
@@ -423,17 +534,29 @@ func preferGroup(theirs params.Progress, theirLeader peer.ID, ours params.Progre
 	return theirs > ours || theirs == ours && theirLeader < ourLeader
 }
 
-// adopt applies a group model and makes it the base of our next round.
-func (s *syncer) adopt(res gossip.SyncState) {
+// adopt applies a group model and makes it the base of our next round. In
+// sync mode a round's result replaces the parameters (mom is our momentum
+// after the step, which we keep); a join's (joined) the momentum too. In
+// diloco mode see adoptOuter.
+func (s *syncer) adopt(res gossip.SyncState, mom []float32, joined bool) {
+	if s.outer != nil {
+		s.adoptOuter(res, joined)
+		return
+	}
 	t := s.n.trainer
 	var err error
+	if !joined {
+		res.Momentum = mom
+	}
 	if t.Stats().Steps == res.Round {
-		err = t.Apply(func(w, mom []float32, p *params.Progress) error {
-			if len(res.Params) != len(w) || len(res.Momentum) != len(mom) {
+		err = t.Apply(func(w, m []float32, p *params.Progress) error {
+			if len(res.Params) != len(w) || len(res.Momentum) != len(m) {
 				return fmt.Errorf("node: sync model of %d values, ours has %d", len(res.Params), len(w))
 			}
 			copy(w, res.Params)
-			copy(mom, res.Momentum)
+			if joined {
+				copy(m, res.Momentum)
+			}
 			*p = res.Progress
 			return nil
 		})
@@ -449,7 +572,58 @@ func (s *syncer) adopt(res gossip.SyncState) {
 		s.unsync("")
 		return
 	}
+	s.settle(res)
+}
+
+// adoptOuter is diloco's adopt. A round's result is the mean
+// pseudo-gradient: the outer optimizer steps the group's model with it,
+// and the trainer takes the new model (its inner momentum stays). A join's
+// is the group's model and outer momentum, which the trainer and our outer
+// optimizer take. Either way the model and the outer momentum become the
+// base a joiner gets.
+func (s *syncer) adoptOuter(res gossip.SyncState, joined bool) {
+	next := *s.outer
+	theta := res.Params
+	if joined {
+		next.Buf = nil
+		if len(res.Momentum) == len(res.Params) {
+			next.Buf = slices.Clone(res.Momentum)
+		}
+	} else {
+		theta = make([]float32, len(res.Params))
+		next.Buf = slices.Clone(next.Buf)
+		if err := next.Step(theta, s.state.Params, res.Params); err != nil {
+			s.log.Warn("outer step failed", "round", res.Round, "err", err)
+			s.unsync("")
+			return
+		}
+	}
+	err := s.n.trainer.Apply(func(w, _ []float32, p *params.Progress) error {
+		if len(theta) != len(w) {
+			return fmt.Errorf("node: diloco model of %d values, ours has %d", len(theta), len(w))
+		}
+		copy(w, theta)
+		*p = res.Progress
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("diloco model not applied", "round", res.Round, "err", err)
+		s.unsync("")
+		return
+	}
+	*s.outer = next
+	res.Params = theta
+	if res.Momentum = slices.Clone(next.Buf); res.Momentum == nil {
+		res.Momentum = make([]float32, len(theta))
+	}
+	s.settle(res)
+}
+
+// settle makes res our group's model at a round boundary: the base of our
+// next round, which we lead or follow.
+func (s *syncer) settle(res gossip.SyncState) {
 	s.state, s.synced, s.forceLead, s.hint = res, true, false, ""
+	s.startRound()
 	for _, p := range res.Members {
 		delete(s.failed, p) // alive as of this round
 	}
@@ -461,6 +635,26 @@ func (s *syncer) adopt(res gossip.SyncState) {
 		s.svc.Follow(l)
 	}
 	s.setView()
+}
+
+// startRound starts counting a round's inner steps (diloco) and publishes
+// the group's progress, which is diloco's run clock.
+func (s *syncer) startRound() {
+	setF64(&s.n.groupProgress, float64(s.state.Progress))
+	if s.outer == nil {
+		return
+	}
+	s.inner, s.target = 0, s.n.cfg.InnerSteps
+	if s.n.cfg.InnerScaling == InnerScalingSpeed {
+		own := s.n.trainer.Stats().SamplesPerSec
+		fastest := own
+		for _, p := range s.n.ann.Fresh() {
+			if slices.Contains(s.state.Members, p.Peer) && p.SamplesPerSec > fastest {
+				fastest = p.SamplesPerSec
+			}
+		}
+		s.target = averaging.ScaledInnerSteps(s.target, own, fastest)
+	}
 }
 
 // unsync leaves the group; the next step joins one again, asking via first.

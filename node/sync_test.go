@@ -21,10 +21,12 @@ import (
 )
 
 // TestSyncAverageIsDDPStep checks the design note sync mode rests on: with
-// SGD + momentum + weight decay, averaging (w, m) after each member's local
-// step from identical (w, m) is one step on the mean gradient.
+// SGD + momentum + weight decay, members that start from identical w, keep
+// their own momentum and average only w after each local step follow DDP
+// (steps on the mean gradient) exactly, round after round, and the mean of
+// their momenta is DDP's momentum.
 func TestSyncAverageIsDDPStep(t *testing.T) {
-	const n, k, lr = 257, 4, 0.05
+	const n, k, lr, rounds = 257, 4, 0.05, 5
 	opt := train.SGD{Momentum: 0.9, WeightDecay: 5e-4}
 	rng := rand.New(rand.NewPCG(1, 2))
 	vec := func(scale float64) []float32 {
@@ -35,43 +37,63 @@ func TestSyncAverageIsDDPStep(t *testing.T) {
 		return v
 	}
 	w0, m0 := vec(1), vec(0.1)
-	grads := make([][]float32, k)
-	mean := make([]float32, n)
-	for j := range grads {
-		grads[j] = vec(1)
-		for i, g := range grads[j] {
-			mean[i] += g / k
-		}
-	}
-	// Members: local steps, then the average of (w, m).
-	avgW, avgM := make([]float64, n), make([]float64, n)
-	for _, g := range grads {
-		w, m := slices.Clone(w0), slices.Clone(m0)
-		opt.Update(w, m, g, lr)
-		for i := range w {
-			avgW[i] += float64(w[i]) / k
-			avgM[i] += float64(m[i]) / k
-		}
-	}
-	// DDP: one step on the mean gradient.
+	// DDP: one model, one momentum, steps on the mean gradient.
 	w, m := slices.Clone(w0), slices.Clone(m0)
-	opt.Update(w, m, mean, lr)
+	// Members: a shared w, a momentum each (identical at the start).
+	shared := slices.Clone(w0)
+	moms := make([][]float32, k)
+	for j := range moms {
+		moms[j] = slices.Clone(m0)
+	}
+	var grads [][]float32
+	for range rounds {
+		grads = make([][]float32, k)
+		mean := make([]float32, n)
+		for j := range grads {
+			grads[j] = vec(1)
+			for i, g := range grads[j] {
+				mean[i] += g / k
+			}
+		}
+		opt.Update(w, m, mean, lr)
+		avgW := make([]float64, n)
+		for j, g := range grads {
+			wj := slices.Clone(shared)
+			opt.Update(wj, moms[j], g, lr)
+			for i := range wj {
+				avgW[i] += float64(wj[i]) / k
+			}
+		}
+		for i := range shared {
+			shared[i] = float32(avgW[i])
+		}
+	}
 	for i := range w {
-		if math.Abs(avgW[i]-float64(w[i])) > 1e-5 || math.Abs(avgM[i]-float64(m[i])) > 1e-5 {
-			t.Fatalf("element %d: averaged (%g, %g), DDP step (%g, %g)", i, avgW[i], avgM[i], w[i], m[i])
+		var avgM float64
+		for _, mj := range moms {
+			avgM += float64(mj[i]) / k
+		}
+		if math.Abs(float64(shared[i])-float64(w[i])) > 1e-5 || math.Abs(avgM-float64(m[i])) > 1e-5 {
+			t.Fatalf("element %d after %d rounds: averaged (%g, mean momentum %g), DDP (%g, %g)", i, rounds, shared[i], avgM, w[i], m[i])
 		}
 	}
 	// And it needs identical starts: from different w the average is not
 	// a DDP step of anything's mean (this is why joiners adopt the group's
 	// model first).
+	pair := make([]float32, n)
+	for i := range pair {
+		pair[i] = (grads[0][i] + grads[1][i]) / 2
+	}
+	wd, md := slices.Clone(w0), slices.Clone(m0)
+	opt.Update(wd, md, pair, lr)
 	w1 := vec(1)
 	w2, m2 := slices.Clone(w1), slices.Clone(m0)
 	opt.Update(w2, m2, grads[0], lr)
 	wa, ma := slices.Clone(w0), slices.Clone(m0)
 	opt.Update(wa, ma, grads[1], lr)
 	var diff float64
-	for i := range w {
-		diff = max(diff, math.Abs((float64(w2[i])+float64(wa[i]))/2-float64(w[i])))
+	for i := range wd {
+		diff = max(diff, math.Abs((float64(w2[i])+float64(wa[i]))/2-float64(wd[i])))
 	}
 	if diff < 1e-3 {
 		t.Fatalf("averaging from different starts matched the DDP step (max diff %g)", diff)
@@ -166,10 +188,16 @@ func (l *lockedBuffer) String() string {
 // announce. None runs yet.
 func newSyncNodes(t *testing.T, network string, slowdowns []float64, maxSteps int64) []*syncRun {
 	t.Helper()
+	return newSyncNodesWith(t, network, slowdowns, func(c *Config) { c.MaxSteps = maxSteps })
+}
+
+// newSyncNodesWith is newSyncNodes with edit applied to every config.
+func newSyncNodesWith(t *testing.T, network string, slowdowns []float64, edit func(*Config)) []*syncRun {
+	t.Helper()
 	nodes := make([]*syncRun, len(slowdowns))
 	for i, f := range slowdowns {
 		cfg := syncConfig(network, f)
-		cfg.MaxSteps = maxSteps
+		edit(&cfg)
 		cfg.Train.Shard = fmt.Sprintf("%d/%d", i, len(slowdowns))
 		cfg.Train.OrderSeed = uint64(i)
 		if i > 0 {
@@ -370,8 +398,10 @@ func TestSyncLockstep(t *testing.T) {
 		t.Errorf("steps in the window range over [%d, %d], want equal (and > 10)", minSteps, maxSteps)
 	}
 
-	// Lose a member that does not lead: after the sync timeout the group
-	// drops it and goes on at the pace of the slowest one left.
+	// Lose a member that does not lead: the group drops it (after the sync
+	// timeout, if it stopped between rounds) or, if it stopped mid-round,
+	// the all-reduce fails and the leader founds the group anew without it;
+	// either way it goes on at the pace of the slowest one left.
 	leader := leaderOf(nodes)
 	var victim *syncRun
 	for _, r := range nodes {
@@ -383,8 +413,8 @@ func TestSyncLockstep(t *testing.T) {
 	victim.stop(t)
 	t.Logf("stopped member %s (slowdown %v)", victim.ID(), victim.slowdown)
 	keepsGoing(t, rest, "after a member stopped")
-	if d := leader.SyncStatus().Service.MembersDropped; d < 1 {
-		t.Errorf("leader dropped %d members, want at least 1", d)
+	if v := leader.SyncStatus(); v.Service.MembersDropped < 1 && v.AllReduce.Failures < 1 {
+		t.Errorf("leader neither dropped a member nor saw a round fail: %+v", v)
 	}
 
 	// Lose the leader: the lowest member left takes over.
@@ -469,4 +499,129 @@ func TestSyncJoinIdentical(t *testing.T) {
 	if p0 := nodes[0].res.Snapshot.Progress; p0 <= steps*16 {
 		t.Errorf("group progress %v, want more than one member's %d samples", float64(p0), steps*16)
 	}
+}
+
+// TestSyncKilledMidRound kills a member's host, as a crashed process would
+// lose its connections, while its group is in the middle of its rounds: the
+// rest fail their round at once (the all-reduce's streams break) or after
+// the sync timeout (a contribution that never comes), and go on as one
+// group within one timeout.
+func TestSyncKilledMidRound(t *testing.T) {
+	checkNoLeaks(t)
+	nodes := newSyncNodes(t, "sync-killed", []float64{1, 1, 1, 1}, 0)
+	for _, r := range nodes {
+		r.start()
+	}
+	syncWait(t, time.Minute, "one group of four", func() bool { return grouped(nodes) && nodes[0].SyncStatus().Round > 10 })
+	leader := leaderOf(nodes)
+	var victim *syncRun
+	for _, r := range nodes {
+		if r != leader {
+			victim = r
+			break
+		}
+	}
+	rest := slices.DeleteFunc(slices.Clone(nodes), func(r *syncRun) bool { return r == victim })
+	start := make([]int64, len(rest))
+	for i, r := range rest {
+		start[i] = r.Status().Step
+	}
+	killed := time.Now()
+	_ = victim.host.Close()
+	syncWait(t, time.Minute, "the rest to go on as one group", func() bool {
+		if !grouped(rest) {
+			return false
+		}
+		for i, r := range rest {
+			if r.Status().Step < start[i]+2 {
+				return false
+			}
+		}
+		return true
+	})
+	took := time.Since(killed)
+	var failures, dropped uint64
+	for _, r := range rest {
+		v := r.SyncStatus()
+		failures += v.AllReduce.Failures
+		dropped += v.Service.MembersDropped
+	}
+	t.Logf("the rest went on as a group of %d after %v (all-reduce failures %d, members dropped %d)",
+		len(rest), took.Round(time.Millisecond), failures, dropped)
+	// One timeout, plus a round of steps and the time a join takes.
+	if limit := nodes[0].cfg.SyncTimeout + 500*time.Millisecond; took > limit {
+		t.Errorf("the rest went on after %v, want within %v", took, limit)
+	}
+	victim.stop(t)
+}
+
+// TestDilocoRounds runs three diloco nodes through a run of one pass over
+// the synthetic set on the run clock, which in diloco mode is the group
+// model's progress: they form one group, every member ends the run after
+// the same outer round, and all end bit-identical (every member applies the
+// same outer step to the same model).
+func TestDilocoRounds(t *testing.T) {
+	checkNoLeaks(t)
+	const h = 4
+	// Emulated steps (50 to 100 ms), so a node that starts first does not
+	// run the whole short run alone before the others are up.
+	nodes := newDilocoNodes(t, "diloco-rounds", []float64{2, 2, 4}, func(c *Config) {
+		c.InnerSteps = h
+		c.Epochs = 1
+	})
+	for _, r := range nodes {
+		r.start()
+	}
+	var snaps [][]float32
+	var rounds []int64
+	for i, r := range nodes {
+		r.wait(t)
+		s := r.res.Snapshot
+		v := r.SyncStatus()
+		t.Logf("node %d: step %d, progress %v, round %d, members %d, all-reduces %+v", i, s.Step, float64(s.Progress), v.Round, len(v.Members), v.AllReduce)
+		if len(v.Members) != 3 || v.Round < 5 {
+			t.Errorf("node %d ended at round %d in a group of %d, want 5 or more and 3", i, v.Round, len(v.Members))
+		}
+		snaps, rounds = append(snaps, s.Params), append(rounds, v.Round)
+	}
+	for i := 1; i < len(snaps); i++ {
+		if rounds[i] != rounds[0] || !slices.Equal(snaps[i], snaps[0]) {
+			t.Fatalf("node %d ended at round %d with another model than node 0 at round %d", i, rounds[i], rounds[0])
+		}
+	}
+}
+
+// TestDilocoSpeedScaling: with --inner-steps-scaling speed a node four
+// times slower takes about a quarter of the fast node's inner steps per
+// round, so the fast one does not wait for it.
+func TestDilocoSpeedScaling(t *testing.T) {
+	checkNoLeaks(t)
+	nodes := newDilocoNodes(t, "diloco-speed", []float64{2, 8}, func(c *Config) {
+		c.InnerSteps = 8
+		c.InnerScaling = InnerScalingSpeed
+	})
+	for _, r := range nodes {
+		r.start()
+	}
+	syncWait(t, time.Minute, "a few rounds", func() bool { return grouped(nodes) && nodes[0].SyncStatus().Round >= 3 })
+	before := []int64{nodes[0].Status().Step, nodes[1].Status().Step}
+	r0 := nodes[0].SyncStatus().Round
+	syncWait(t, time.Minute, "more rounds", func() bool { return nodes[0].SyncStatus().Round >= r0+4 })
+	fast, slow := nodes[0].Status().Step-before[0], nodes[1].Status().Step-before[1]
+	t.Logf("over 4 rounds: fast node %d steps, slow node %d steps", fast, slow)
+	if ratio := float64(fast) / float64(max(slow, 1)); ratio < 2.5 || ratio > 6 {
+		t.Errorf("fast/slow inner steps %.2f, want about 4", ratio)
+	}
+	// Without the scaling the fast node would wait 3/4 of the time.
+	if w := nodes[0].Status().NetworkWaitS / nodes[0].Status().UptimeS; w > 0.4 {
+		t.Errorf("the fast node waited %.2f of its time", w)
+	}
+}
+
+func newDilocoNodes(t *testing.T, network string, slowdowns []float64, edit func(*Config)) []*syncRun {
+	t.Helper()
+	return newSyncNodesWith(t, network, slowdowns, func(c *Config) {
+		c.Mode = ModeDiloco
+		edit(c)
+	})
 }

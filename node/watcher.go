@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -139,9 +140,15 @@ func (n *Node) Alone() *Alone {
 // round, the same on every member after a round, so the whole group ends
 // the run at the same round rather than leaving its last members waiting
 // for one that stopped first.
+//
+// In diloco mode it is the group model's progress at the last outer round:
+// the same on every member, so all end the run after the same round.
 func (n *Node) runPosition(now time.Time, own float64) float64 {
 	if n.cfg.Mode == ModeSync && !n.cfg.Offline {
 		return float64(n.trainer.Stats().Progress)
+	}
+	if n.cfg.Mode == ModeDiloco && !n.cfg.Offline {
+		return math.Float64frombits(n.groupProgress.Load())
 	}
 	return n.clock.value(now, own)
 }

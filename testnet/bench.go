@@ -173,6 +173,7 @@ func QuickBenchConfig() BenchConfig {
 	c.FixedLR = map[string]float64{ModeSync: 0.1}
 	c.BudgetSync = false
 	c.Cap = time.Minute
+	c.Modes = slices.Clone(QuickModes)
 	return c
 }
 
@@ -412,8 +413,11 @@ func fmtG(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 
 // nodeMode is the node's --mode for a benchmark mode.
 func nodeMode(mode string) node.Mode {
-	if mode == ModeGossipConst {
+	switch mode {
+	case ModeGossipConst:
 		return node.ModeGossip
+	case ModeDilocoSpeed:
+		return node.ModeDiloco
 	}
 	return node.Mode(mode)
 }
@@ -449,6 +453,9 @@ func (c BenchConfig) runFlags(j job) []flagArg {
 		add(c.Alpha != d.Merger.Alpha, "--alpha", fmtG(c.Alpha))
 		add(!sameStaleness(staleness, d.Merger.Staleness), "--staleness", staleness)
 		add(!sameDType(c.WireDType, d.Exchange.SendDType), "--wire-dtype", c.WireDType)
+	}
+	if j.mode == ModeDilocoSpeed {
+		add(d.InnerScaling != node.InnerScalingSpeed, "--inner-steps-scaling", node.InnerScalingSpeed)
 	}
 	return out
 }

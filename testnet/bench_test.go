@@ -284,6 +284,9 @@ func TestAnalyzeRun(t *testing.T) {
 	}
 }
 
+// fakeModes are the modes fakeResults ran.
+var fakeModes = []string{ModeGossip, ModeGossipConst, ModeSync, ModeLocal}
+
 // fakeResults is a benchmark of two seeds where gossip is twice as fast as
 // sync in samples/s and reaches the target in a third of its time.
 func fakeResults() *Results {
@@ -293,7 +296,7 @@ func fakeResults() *Results {
 		Schedule: map[string]string{ModeGossip: sched, ModeGossipConst: sched, ModeSync: sched, ModeLocal: sched},
 		Epochs:   map[string]float64{ModeGossip: 40, ModeGossipConst: 40, ModeSync: 2.5, ModeLocal: 40}}
 	res.Settings = Settings{Nodes: 2, Slowdowns: []float64{2, 4}, Target: 0.97, Seeds: []uint64{1, 2}, TuneSeed: 1000,
-		Dataset: "mnist", Model: "mlp:256,128", Batch: 64, TrainSamples: 60000, Modes: AllModes, LR: 0.1, Epochs: 40,
+		Dataset: "mnist", Model: "mlp:256,128", Batch: 64, TrainSamples: 60000, Modes: fakeModes, LR: 0.1, Epochs: 40,
 		Schedule: sched, AvgIntervalS: 0.05, Alpha: 0.5, Staleness: "poly:0.5", WireDType: "fp16", LRGrid: []float64{0.05, 0.1},
 		SyncLRGrid: []float64{0.2, 0.4}, BudgetSync: true, CapS: 120, FixedWallS: 10, WSeed: 1000, SnapshotS: 0.5, Threads: 1,
 		Heterogeneity: "emulated", Harness: HarnessFlags(DefaultBenchConfig(), Loopback),
@@ -937,8 +940,8 @@ func TestRunBenchMeasuresWOnGossipAndBudgetsSyncToIt(t *testing.T) {
 			}
 		}
 	}
-	if len(syncTune) != 3 || len(f.jobs) != 1+3+4 {
-		t.Fatalf("%d sync tuning runs of %d, want 3 of 8", len(syncTune), len(f.jobs))
+	if want := 1 + 3 + len(AllModes); len(syncTune) != 3 || len(f.jobs) != want {
+		t.Fatalf("%d sync tuning runs of %d, want 3 of %d", len(syncTune), len(f.jobs), want)
 	}
 	// The tuning run at 0.2 reached the target first; at W its group
 	// progress was 3 x 1000 x 20 samples (fakeTrace), 30 passes over the
@@ -959,6 +962,8 @@ func TestRunBenchMeasuresWOnGossipAndBudgetsSyncToIt(t *testing.T) {
 		ModeGossip:      {"--dataset synthetic"},
 		ModeGossipConst: {"--dataset synthetic", "--staleness const"},
 		ModeSync:        {"--mode sync", "--dataset synthetic", "--lr 0.2", "--epochs 30"},
+		ModeDiloco:      {"--mode diloco", "--dataset synthetic"},
+		ModeDilocoSpeed: {"--mode diloco", "--dataset synthetic", "--inner-steps-scaling speed"},
 		ModeLocal:       {"--mode local", "--dataset synthetic"},
 	}
 	if !reflect.DeepEqual(res.Settings.DiffersFromDefaults, want) {
@@ -1204,7 +1209,7 @@ func TestReadResultsTakesSchema2(t *testing.T) {
 
 func TestEveryModeHasItsOwnColour(t *testing.T) {
 	seen := map[color.Color]string{}
-	for _, m := range append(slices.Clone(AllModes), "diloco", "diloco-scaled") {
+	for _, m := range append(slices.Clone(AllModes), "mode-x", "mode-y") {
 		c := modeColor(m)
 		if c == nil {
 			t.Fatalf("%s: no colour", m)

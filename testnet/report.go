@@ -452,14 +452,24 @@ func writeMethod(b *strings.Builder, r *Results, level int) {
 		p("- **gossip-const**: the same with %s (plain AD-PSGD-style averaging), the control for the staleness decay.\n",
 			code(diff[ModeGossipConst]))
 	}
+	if slices.Contains(st.Modes, ModeDiloco) {
+		p("- **diloco**, the baseline for training over the internet (DiLoCo): the same run with %s: every node takes "+
+			"`--inner-steps` local steps, then the group all-reduces the pseudo-gradient (the group's model minus the node's) and "+
+			"takes an outer Nesterov step; each round waits for the slowest node. Its run clock is the group model's progress.\n",
+			code(diff[ModeDiloco]))
+	}
+	if slices.Contains(st.Modes, ModeDilocoSpeed) {
+		p("- **diloco-speed**: diloco with %s: each node's inner steps are scaled by its speed over the group's fastest "+
+			"(DyLU), so all arrive at a round together.\n", code(diff[ModeDilocoSpeed]))
+	}
 	if slices.Contains(st.Modes, ModeLocal) {
 		p("- **local**: the same with %s: no merges, each node trains on its own shard only (its run clock still adds up every node's samples).\n",
 			code(diff[ModeLocal]))
 	}
 	if slices.Contains(st.Modes, ModeSync) {
-		p("- **sync**, the baseline with DDP semantics: every step, every node sends its parameters and momentum (fp32) to a leader, " +
-			"which averages and answers, so each step waits for the slowest node. Its batch is the sum of the nodes', so it keeps a " +
-			"learning rate and a run length of its own: ")
+		p("- **sync**, the baseline with DDP semantics: every step, every node tells a leader it is ready, and the group all-reduces " +
+			"its parameters (fp32, reduce-scatter and all-gather among the nodes), so each step waits for the slowest node. Its batch is " +
+			"the sum of the nodes', so it keeps a learning rate and a run length of its own: ")
 		_, fixed := st.FixedLR[ModeSync]
 		switch {
 		case fixed:

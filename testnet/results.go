@@ -28,16 +28,23 @@ const ResultsSchema = "meshtrain-bench/3"
 const resultsSchema2 = "meshtrain-bench/2"
 
 // The modes a benchmark compares. gossip-const is gossip with --staleness
-// const (plain AD-PSGD-style averaging).
+// const (plain AD-PSGD-style averaging); diloco-speed is diloco with
+// --inner-steps-scaling speed (DyLU).
 const (
 	ModeGossip      = "gossip"
 	ModeGossipConst = "gossip-const"
 	ModeSync        = "sync"
+	ModeDiloco      = "diloco"
+	ModeDilocoSpeed = "diloco-speed"
 	ModeLocal       = "local"
 )
 
 // AllModes is every mode, in report order.
-var AllModes = []string{ModeGossip, ModeGossipConst, ModeSync, ModeLocal}
+var AllModes = []string{ModeGossip, ModeGossipConst, ModeSync, ModeDiloco, ModeDilocoSpeed, ModeLocal}
+
+// QuickModes are the modes of `meshtrain bench --quick`: every mode but
+// diloco-speed, a variant of diloco that the smoke run need not repeat.
+var QuickModes = []string{ModeGossip, ModeGossipConst, ModeSync, ModeDiloco, ModeLocal}
 
 // BenchResults is results.json: the whole benchmark, every network's
 // results side by side, in the order the networks were given.

@@ -80,7 +80,7 @@ func benchConfig(e *env, args []string) (cfg testnet.BenchConfig, render string,
 	epochs := fs.Float64("epochs", d.Epochs,
 		"length of gossip's run (and gossip-const's and local's) in passes over the training set on the run clock; every node ends it by itself")
 	schedule := fs.String("schedule", d.Schedule, "LR schedule over every run that ends by itself (sync's report runs too)")
-	modes := fs.String("modes", strings.Join(d.Modes, ","), "modes to compare: gossip, gossip-const, sync, local")
+	modes := fs.String("modes", strings.Join(d.Modes, ","), "modes to compare: gossip, gossip-const, sync, diloco, diloco-speed, local")
 	var nets listFlag
 	fs.Var(&nets, "net", "network between the nodes: loopback (default), or wan:RTT,RATE[,LOSS] (e.g. wan:40ms,100mbit,0.1%), "+
 		"emulated in user space; repeat it to run the whole benchmark on each network in turn")
@@ -100,7 +100,7 @@ func benchConfig(e *env, args []string) (cfg testnet.BenchConfig, render string,
 	keep := fs.Bool("keep-snapshots", false, "keep the snapshot files after scoring them")
 	renderDir := fs.String("render", "", "run nothing: rewrite report.md and the plots of DIR from its results.json")
 	quick := fs.Bool("quick", false, fmt.Sprintf("a short smoke run: 1 seed, no tuning (gossip at the node's defaults but --epochs %d, "+
-		"sync at lr 0.1 with no end, stopped at gossip's wall time), target 95%%; explicit flags still win", testnet.QuickEpochs))
+		"sync at lr 0.1 with no end, stopped at gossip's wall time, every mode but diloco-speed), target 95%%; explicit flags still win", testnet.QuickEpochs))
 	if code, ok := parse(e, fs, args); !ok {
 		return cfg, "", code, false
 	}
@@ -136,7 +136,8 @@ func benchConfig(e *env, args []string) (cfg testnet.BenchConfig, render string,
 	pick("epochs", func() { cfg.Epochs = *epochs })
 	cfg.TuneSeed, cfg.Dataset, cfg.DataPath, cfg.NonIID = *tuneSeed, *dataset, *dataPath, *nonIID
 	cfg.Model, cfg.Batch, cfg.Schedule = *model, *batch, *schedule
-	cfg.Modes, cfg.Tune = splitList(*modes), splitList(*tune)
+	cfg.Tune = splitList(*tune)
+	pick("modes", func() { cfg.Modes = splitList(*modes) })
 	if len(nets) > 0 {
 		cfg.Networks = nil
 		for _, s := range nets {

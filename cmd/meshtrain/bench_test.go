@@ -112,6 +112,12 @@ func TestBenchFlagsDefaultToTheNodes(t *testing.T) {
 	if q.BudgetSync || q.FixedLR[testnet.ModeSync] != 0.1 || q.Seeds != 1 || q.Target != 0.95 {
 		t.Errorf("quick: budget %v, fixed %v, seeds %d, target %v", q.BudgetSync, q.FixedLR, q.Seeds, q.Target)
 	}
+	if !slices.Equal(q.Modes, testnet.QuickModes) {
+		t.Errorf("quick modes %v, want %v", q.Modes, testnet.QuickModes)
+	}
+	if q := benchFlags(t, "--quick", "--modes", "gossip,diloco-speed"); !slices.Equal(q.Modes, []string{"gossip", "diloco-speed"}) {
+		t.Errorf("--modes with --quick: %v", q.Modes)
+	}
 	if q := benchFlags(t, "--quick", "--epochs", "5"); q.Epochs != 5 {
 		t.Errorf("--epochs 5 with --quick: %v", q.Epochs)
 	}

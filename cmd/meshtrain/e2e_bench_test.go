@@ -21,7 +21,8 @@ import (
 // TestBenchQuick runs `meshtrain bench --quick` (every mode, one seed, no
 // tuning, a minute or two on two cores, on loopback) and checks what CI
 // relies on: results.json is well-formed; gossip ran with the node's
-// defaults but its short run, and every gossip-like run ended by itself;
+// defaults but its short run, and every gossip-like (and diloco) run ended
+// by itself;
 // sync ran until gossip's wall time W; and the throughputs keep to the
 // profile's structure (see below).
 func TestBenchQuick(t *testing.T) {
@@ -43,9 +44,9 @@ func TestBenchQuick(t *testing.T) {
 		t.Fatalf("networks %d, want loopback alone by default", len(br.Networks))
 	}
 	res := br.Networks[0]
-	if !res.Settings.Quick || len(res.Runs) != len(testnet.AllModes) || len(res.Tuning) != 0 {
+	if !res.Settings.Quick || len(res.Runs) != len(testnet.QuickModes) || len(res.Tuning) != 0 {
 		t.Fatalf("quick run with %d runs and %d tuning runs, want one per mode (%d) and none", len(res.Runs),
-			len(res.Tuning), len(testnet.AllModes))
+			len(res.Tuning), len(testnet.QuickModes))
 	}
 	// Nothing is tuned: W is gossip's wall time on seed 1.
 	w := res.Settings.FixedWallS
@@ -62,6 +63,7 @@ func TestBenchQuick(t *testing.T) {
 		testnet.ModeGossip:      {fmt.Sprintf("--epochs %d", testnet.QuickEpochs)},
 		testnet.ModeGossipConst: {fmt.Sprintf("--epochs %d", testnet.QuickEpochs), "--staleness const"},
 		testnet.ModeSync:        append(syncDiff, "--schedule const", "--epochs 0"),
+		testnet.ModeDiloco:      {"--mode diloco", fmt.Sprintf("--epochs %d", testnet.QuickEpochs)},
 		testnet.ModeLocal:       {"--mode local", fmt.Sprintf("--epochs %d", testnet.QuickEpochs)},
 	}
 	if !reflect.DeepEqual(res.Settings.DiffersFromDefaults, want) {

@@ -32,7 +32,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	d := node.DefaultConfig()
 	f.register(fs, d)
 	mode := fs.String("mode", string(d.Mode),
-		"averaging mode: gossip (merge with one peer at a time, at our own pace), sync (every step all members average: the DDP baseline, paced by the slowest) or local (no merges)")
+		"averaging mode: gossip (merge with one peer at a time, at our own pace), sync (every step all members average: the DDP baseline, paced by the slowest), diloco (every --inner-steps local steps, an all-reduce of the pseudo-gradient and an outer Nesterov step: DiLoCo) or local (no merges)")
 	profile := fs.String("profile", string(d.Host.Profile),
 		"network profile: local (127.0.0.1 only, no mDNS/NAT traffic), lan (all interfaces, mDNS), public (NAT mapping, AutoNAT, relays, hole punching)")
 	network := fs.String("network", d.Train.Network, "network name: keeps meshes apart (part of the model fingerprint)")
@@ -62,7 +62,12 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 		"gossip mode: score peers, clip their models to an adaptive radius, refuse outliers and models that hurt a holdout, ban attackers (false: merge every well-formed model)")
 	holdout := fs.Int("holdout", d.Trust.Holdout, "samples of the local shard candidate merges are validated on (with --trust)")
 	syncTimeout := fs.Duration("sync-timeout", d.SyncTimeout,
-		"sync mode: how long a round waits for a member before dropping it (must exceed the slowest member's step)")
+		"sync and diloco modes: how long a round waits for a member before dropping it (must exceed the slowest member's step; in diloco mode, its inner steps)")
+	innerSteps := fs.Int("inner-steps", d.InnerSteps, "diloco mode: local steps between two outer rounds (H)")
+	innerScaling := fs.String("inner-steps-scaling", d.InnerScaling,
+		"diloco mode: none, or speed (scale each member's inner steps by its speed over the group's fastest, so all finish a round together: DyLU)")
+	outerLR := fs.Float64("outer-lr", d.OuterLR, "diloco mode: outer learning rate (Nesterov step on the mean pseudo-gradient)")
+	outerMomentum := fs.Float64("outer-momentum", d.OuterMomentum, "diloco mode: outer Nesterov momentum, in [0,1)")
 	maxUpload := fs.Int("max-upload", d.MaxUpload, "cap on bytes/s sent to peers (0: no cap)")
 	wire := fs.String("wire-dtype", d.Exchange.SendDType.String(), "precision of models sent: fp32 or fp16")
 	evalEvery := fs.Duration("eval-every", d.EvalEvery, "wall time between test-set evaluations (0: only at epoch ends)")
@@ -150,8 +155,8 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 		errs = append(errs, "--trainer-listen needs --trainer external")
 	case external && err != nil:
 		errs = append(errs, err.Error())
-	case external && *mode == string(node.ModeSync):
-		errs = append(errs, "--trainer external runs in gossip or local mode (sync mode drives the built-in trainer's steps)")
+	case external && (*mode == string(node.ModeSync) || *mode == string(node.ModeDiloco)):
+		errs = append(errs, "--trainer external runs in gossip or local mode (sync and diloco modes drive the built-in trainer's steps)")
 	}
 	if *discovery < 0 {
 		errs = append(errs, fmt.Sprintf("--discovery-interval %v: must be >= 0", *discovery))
@@ -178,6 +183,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	cfg.AvgInterval, cfg.Merger.Alpha, cfg.CatchUp, cfg.MaxUpload = *avgInterval, *alpha, *catchUp, *maxUpload
 	cfg.Trust.Enabled, cfg.Trust.Holdout = *trust, *holdout
 	cfg.SyncTimeout = *syncTimeout
+	cfg.InnerSteps, cfg.InnerScaling, cfg.OuterLR, cfg.OuterMomentum = *innerSteps, *innerScaling, *outerLR, *outerMomentum
 	cfg.EvalEvery = *evalEvery
 	cfg.Announce.Interval = *announce
 	if cfg.Announce.FreshWindow < 3**announce {

@@ -1,0 +1,100 @@
+package averaging
+
+import (
+	"fmt"
+	"math"
+)
+
+// Outer is DiLoCo's outer optimizer (arXiv 2311.08105): SGD with Nesterov
+// momentum applied to the pseudo-gradient, the mean over the workers of
+// what their H inner steps moved the model, theta_start - theta_i. From the
+// round's starting model theta_start and the mean pseudo-gradient d:
+//
+//	b <- mu b + d
+//	theta <- theta_start - lr (d + mu b)
+//
+// (PyTorch's SGD with nesterov=True). With lr = 1 and mu = 0 it is plain
+// model averaging (theta = mean theta_i). Every worker holds the same b and
+// applies the same d, so every worker ends with the same theta; a joining
+// worker takes b along with the model.
+type Outer struct {
+	// LR is the outer learning rate (DiLoCo's default 0.7); Momentum the
+	// Nesterov momentum mu (0.9).
+	LR, Momentum float64
+	// Buf is the momentum buffer b, one value per parameter; nil until the
+	// first step (then zeros).
+	Buf []float32
+}
+
+// Default outer settings, from the DiLoCo paper.
+const (
+	DefaultOuterLR       = 0.7
+	DefaultOuterMomentum = 0.9
+)
+
+// Validate checks the settings.
+func (o *Outer) Validate() error {
+	if !(o.LR > 0) || math.IsInf(o.LR, 0) {
+		return fmt.Errorf("%w: outer learning rate %v, want finite and > 0", ErrBadOuter, o.LR)
+	}
+	if !(o.Momentum >= 0 && o.Momentum < 1) {
+		return fmt.Errorf("%w: outer momentum %v, want in [0, 1)", ErrBadOuter, o.Momentum)
+	}
+	return nil
+}
+
+// Step writes into dst the model after an outer step from start with the
+// mean pseudo-gradient d, and updates the momentum buffer. dst may alias
+// start. On an error nothing is written, the buffer included.
+func (o *Outer) Step(dst, start, d []float32) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	n := len(start)
+	if len(dst) != n || len(d) != n || (o.Buf != nil && len(o.Buf) != n) {
+		return fmt.Errorf("%w: outer step of %d, %d and %d values (buffer %d)", ErrLength, len(dst), len(start), len(d), len(o.Buf))
+	}
+	for _, v := range d {
+		if v-v != 0 {
+			return fmt.Errorf("%w: non-finite pseudo-gradient", ErrBadOuter)
+		}
+	}
+	if o.Buf == nil {
+		o.Buf = make([]float32, n)
+	}
+	lr, mu := float32(o.LR), float32(o.Momentum)
+	for i, g := range d {
+		b := mu*o.Buf[i] + g
+		o.Buf[i] = b
+		dst[i] = start[i] - lr*(g+mu*b)
+	}
+	return nil
+}
+
+// PseudoGradient writes start - theta into dst: what the inner steps moved
+// the model, the vector the workers average.
+func PseudoGradient(dst, start, theta []float32) error {
+	if len(dst) != len(start) || len(theta) != len(start) {
+		return fmt.Errorf("%w: pseudo-gradient of %d, %d and %d values", ErrLength, len(dst), len(start), len(theta))
+	}
+	for i := range dst {
+		dst[i] = start[i] - theta[i]
+	}
+	return nil
+}
+
+// ScaledInnerSteps is the DyLU rule (arXiv 2401.09135) for workers of
+// different speeds: a worker of speed v does h v / vmax inner steps, at
+// least one, so the fastest does h and all finish a round at about the same
+// time instead of every worker waiting for the slowest. Speeds are in any
+// one unit (samples/s); a speed that is not positive or not finite counts
+// as the fastest (h steps).
+func ScaledInnerSteps(h int, v, vmax float64) int {
+	if h < 1 {
+		return 1
+	}
+	if !(v > 0) || !(vmax >= v) || math.IsInf(vmax, 0) {
+		return h
+	}
+	return max(1, int(math.Round(float64(h)*v/vmax)))
+}

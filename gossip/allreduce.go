@@ -1,0 +1,860 @@
+package gossip
+
+// The all-reduce data path, /meshtrain/allreduce/1.0.0: the bulk transfer
+// behind sync mode's rounds (and diloco's), with no member reducing for
+// everyone. Which members take part in which reduction is decided
+// elsewhere (the sync leader's roster, sync.go); this file only moves and
+// sums one flat fp32 buffer among an agreed, sorted member list.
+//
+// The scheme is the direct reduce-scatter + all-gather: of N members, member
+// i owns segment i of the buffer. Every member sends segment j to member j;
+// each owner sums the N copies of its segment, divides by N and sends the
+// mean back to every member. Each member sends and receives 2 (N-1)/N of
+// the buffer, as a ring does, but in 2 steps instead of 2 (N-1), which is
+// what matters on loopback and on links with latency. Every member ends
+// with the same bytes: each segment was computed once, by its owner.
+//
+// Each ordered pair of members uses one long-lived stream (opened by the
+// sender on first use, kept across reductions), carrying messages of one
+// 48-byte header and a bounded fp32 payload:
+//
+//	0:4   magic "MTAR"          4     version (1)
+//	5     kind: 1 scatter, 2 gather          6:8   reserved, zero
+//	8:16  reduction round       16:24 reduction group (a nonce)
+//	24:32 buffer length, elements
+//	32:40 offset of the payload, elements    40:44 payload elements
+//	44:48 reserved, zero
+//
+// A receiver checks every header and payload before it uses them: sizes
+// against MaxElements and the chunk limit, offsets against the segment the
+// sender may send, every value finite; a peer that sends anything else is
+// rejected, counted and cut off, and the reduction fails.
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+)
+
+// AllReduceProtocolID is the all-reduce data path.
+const AllReduceProtocolID protocol.ID = "/meshtrain/allreduce/1.0.0"
+
+// AllReduceServiceName is the resource-manager service its streams are
+// attributed to.
+const AllReduceServiceName = "meshtrain.allreduce"
+
+// Wire sizes and limits of the all-reduce.
+const (
+	// ReduceHeaderSize is the size of a message header.
+	ReduceHeaderSize = 48
+	// MaxReduceChunk bounds one message's payload, in elements (4 MiB).
+	MaxReduceChunk = 1 << 20
+	// DefaultReduceChunk is the payload we send per message (1 MiB).
+	DefaultReduceChunk = 1 << 18
+)
+
+var reduceMagic = [4]byte{'M', 'T', 'A', 'R'}
+
+const reduceVersion = 1
+
+// Message kinds.
+const (
+	reduceScatter byte = 1
+	reduceGather  byte = 2
+)
+
+// ErrAllReduce wraps every failed reduction: a member did not send its part
+// in time, sent a bad one, or its stream broke. The buffer then holds a mix
+// of our own values and partial results and must not be used.
+var ErrAllReduce = errors.New("gossip: all-reduce failed")
+
+// AllReduceError is a failed reduction. It wraps ErrAllReduce and the
+// cause; Peer is the member it failed on (whose stream broke, who sent a
+// bad message, or to whom we could not send), or empty if it is not known
+// (a deadline passed).
+type AllReduceError struct {
+	Round uint64
+	Peer  peer.ID
+	Err   error
+}
+
+func (e *AllReduceError) Error() string {
+	if e.Peer != "" {
+		return fmt.Sprintf("gossip: all-reduce failed: round %d, on %s: %v", e.Round, e.Peer, e.Err)
+	}
+	return fmt.Sprintf("gossip: all-reduce failed: round %d: %v", e.Round, e.Err)
+}
+
+func (e *AllReduceError) Unwrap() []error { return []error{ErrAllReduce, e.Err} }
+
+// peerError attributes a failure inside a reduction to a member.
+type peerError struct {
+	p   peer.ID
+	err error
+}
+
+func (e *peerError) Error() string { return e.err.Error() }
+func (e *peerError) Unwrap() error { return e.err }
+
+func onPeer(p peer.ID, err error) error { return &peerError{p: p, err: err} }
+
+// ReduceID names one reduction: every member must call AllReduce with the
+// same ID and member list, and no two reductions may share one (Group is a
+// nonce: it tells apart two attempts at the same round). A peer's messages
+// for a reduction we have not started wait, up to AheadWait, until we do.
+type ReduceID struct {
+	Round uint64
+	Group uint64
+}
+
+// AllReduceConfig tunes an AllReducer.
+type AllReduceConfig struct {
+	// MaxElements caps the buffer length we accept. Default 1<<26.
+	MaxElements int
+	// ChunkElements is the payload per message we send. Default 256Ki
+	// (1 MiB), at most MaxReduceChunk.
+	ChunkElements int
+	// ChunkTimeout is how long a peer may take to move one message once it
+	// has started it, and how long opening a stream may take. Default 10s.
+	ChunkTimeout time.Duration
+	// AheadWait is how long a peer's message for a reduction we have not
+	// started may wait for it before the peer's stream is cut (our own
+	// reduction may end first, or never start: the peer then gives up its
+	// own). Default 30s.
+	AheadWait time.Duration
+	// MaxMembers caps a reduction's member list. Default 64.
+	MaxMembers int
+	// UploadLimiter, Counters, OnReject and Logger as in SyncConfig.
+	UploadLimiter Limiter
+	Counters      *Counters
+	OnReject      RejectFunc
+	Logger        *slog.Logger
+}
+
+// DefaultAllReduceConfig returns the defaults documented on AllReduceConfig.
+func DefaultAllReduceConfig() AllReduceConfig {
+	return AllReduceConfig{
+		MaxElements: 1 << 26, ChunkElements: DefaultReduceChunk, ChunkTimeout: 10 * time.Second,
+		AheadWait: 30 * time.Second, MaxMembers: 64,
+	}
+}
+
+// Validate reports every bad field at once.
+func (c AllReduceConfig) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrBadConfig}, a...)...))
+	}
+	if c.MaxElements <= 0 || c.MaxElements > 1<<30 {
+		bad("MaxElements %d not in [1, %d]", c.MaxElements, 1<<30)
+	}
+	if c.ChunkElements < 1 || c.ChunkElements > MaxReduceChunk {
+		bad("ChunkElements %d not in [1, %d]", c.ChunkElements, MaxReduceChunk)
+	}
+	if c.ChunkTimeout <= 0 {
+		bad("ChunkTimeout %v not positive", c.ChunkTimeout)
+	}
+	if c.AheadWait <= 0 {
+		bad("AheadWait %v not positive", c.AheadWait)
+	}
+	if c.MaxMembers < 1 || c.MaxMembers > MaxSyncMembers {
+		bad("MaxMembers %d not in [1, %d]", c.MaxMembers, MaxSyncMembers)
+	}
+	return errors.Join(errs...)
+}
+
+// reduceHeader is one message's header.
+type reduceHeader struct {
+	kind          byte
+	id            ReduceID
+	total, offset uint64
+	count         uint32
+}
+
+func (h reduceHeader) marshal() [ReduceHeaderSize]byte {
+	var b [ReduceHeaderSize]byte
+	copy(b[0:4], reduceMagic[:])
+	b[4] = reduceVersion
+	b[5] = h.kind
+	binary.LittleEndian.PutUint64(b[8:16], h.id.Round)
+	binary.LittleEndian.PutUint64(b[16:24], h.id.Group)
+	binary.LittleEndian.PutUint64(b[24:32], h.total)
+	binary.LittleEndian.PutUint64(b[32:40], h.offset)
+	binary.LittleEndian.PutUint32(b[40:44], h.count)
+	return b
+}
+
+// parseReduceHeader decodes and checks a header on its own terms: what a
+// given reduction expects is checked when the message reaches it.
+func parseReduceHeader(b []byte, maxElements int) (reduceHeader, error) {
+	if len(b) < ReduceHeaderSize {
+		return reduceHeader{}, fmt.Errorf("%w: all-reduce header of %d bytes", ErrShortRead, len(b))
+	}
+	if [4]byte(b[0:4]) != reduceMagic {
+		return reduceHeader{}, fmt.Errorf("%w: all-reduce header starts %q", ErrBadMagic, b[0:4])
+	}
+	if b[4] != reduceVersion {
+		return reduceHeader{}, fmt.Errorf("%w: all-reduce version %d", ErrBadVersion, b[4])
+	}
+	h := reduceHeader{
+		kind:   b[5],
+		id:     ReduceID{Round: binary.LittleEndian.Uint64(b[8:16]), Group: binary.LittleEndian.Uint64(b[16:24])},
+		total:  binary.LittleEndian.Uint64(b[24:32]),
+		offset: binary.LittleEndian.Uint64(b[32:40]),
+		count:  binary.LittleEndian.Uint32(b[40:44]),
+	}
+	switch {
+	case h.kind != reduceScatter && h.kind != reduceGather:
+		return h, fmt.Errorf("%w: all-reduce message kind %d", ErrProtocol, h.kind)
+	case b[6] != 0 || b[7] != 0 || binary.LittleEndian.Uint32(b[44:48]) != 0:
+		return h, fmt.Errorf("%w: reserved all-reduce header bytes set", ErrProtocol)
+	case h.total == 0 || h.total > uint64(maxElements):
+		return h, fmt.Errorf("%w: all-reduce buffer of %d elements (limit %d)", ErrOversize, h.total, maxElements)
+	case h.count == 0 || h.count > MaxReduceChunk:
+		return h, fmt.Errorf("%w: all-reduce message of %d elements (limit %d)", ErrOversize, h.count, MaxReduceChunk)
+	case h.offset >= h.total || h.total-h.offset < uint64(h.count):
+		return h, fmt.Errorf("%w: all-reduce message [%d, +%d) outside a buffer of %d", ErrSizeMismatch, h.offset, h.count, h.total)
+	}
+	return h, nil
+}
+
+// segment is member i's part [lo, hi) of a buffer of n elements among k
+// members.
+func segment(n, k, i int) (lo, hi int) {
+	return i * n / k, (i + 1) * n / k
+}
+
+// reduceMsg is a checked message handed from a stream's reader to the
+// reduction it belongs to; err, if set, says the peer's stream failed.
+type reduceMsg struct {
+	from peer.ID
+	h    reduceHeader
+	data []float32
+	err  error
+}
+
+// reduceOp is one reduction in progress. Immutable after start except
+// done (closed once) and in (written by readers, read by the op).
+type reduceOp struct {
+	id      ReduceID
+	members []peer.ID
+	in      chan reduceMsg
+	done    chan struct{}
+}
+
+// AllReducer runs all-reduces among the members of a group, one at a time.
+//
+// Ownership: mu guards cur, latest, started, closed and the inbound and
+// outbound stream tables. The goroutine inside AllReduce owns its buffer
+// and the sums; each inbound stream has one reader goroutine, which hands
+// checked messages to the current reduction through its channel; an
+// outbound stream is written by one sender at a time (its link's mutex).
+type AllReducer struct {
+	h     host.Host
+	cfg   AllReduceConfig
+	log   *slog.Logger
+	rj    *rejecter
+	c     *Counters
+	pool  sync.Pool
+	runMu sync.Mutex // one reduction at a time
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	cur     *reduceOp
+	ended   []ReduceID    // the last reductions run, newest last
+	started chan struct{} // closed and replaced when a reduction starts
+	inbound map[peer.ID]network.Stream
+	links   map[peer.ID]*reduceLink
+	broken  map[peer.ID]error // peers whose stream to us failed, until they open another
+
+	reductions, failures atomic.Uint64
+}
+
+// reduceLink is our outbound stream to one peer.
+type reduceLink struct {
+	mu sync.Mutex
+	st network.Stream
+}
+
+// NewAllReducer validates cfg and registers the protocol handler on h.
+func NewAllReducer(h host.Host, cfg AllReduceConfig) (*AllReducer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Counters == nil {
+		cfg.Counters = new(Counters)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &AllReducer{
+		h: h, cfg: cfg, c: cfg.Counters,
+		log:     cfg.Logger.With("component", "gossip", "protocol", string(AllReduceProtocolID)),
+		started: make(chan struct{}),
+		inbound: make(map[peer.ID]network.Stream), links: make(map[peer.ID]*reduceLink),
+		broken: make(map[peer.ID]error),
+	}
+	a.rj = newRejecter(cfg.Counters, cfg.OnReject, a.log)
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	h.SetStreamHandler(AllReduceProtocolID, a.accept)
+	return a, nil
+}
+
+// AllReduceStats counts reductions.
+type AllReduceStats struct {
+	Reductions uint64 `json:"reductions"`
+	Failures   uint64 `json:"failures"`
+}
+
+// Stats returns the reduction counters.
+func (a *AllReducer) Stats() AllReduceStats {
+	return AllReduceStats{Reductions: a.reductions.Load(), Failures: a.failures.Load()}
+}
+
+// Close stops accepting streams, fails the reduction in progress, resets
+// the streams peers send on, and ends ours gracefully: what a finished
+// reduction sent is read by the peer before Close returns (within
+// ChunkTimeout), so a member that stops right after a round does not take
+// the round's last segments away from the others. Safe to call more than
+// once.
+func (a *AllReducer) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		a.wg.Wait()
+		return nil
+	}
+	a.closed = true
+	a.h.RemoveStreamHandler(AllReduceProtocolID)
+	a.cancel()
+	for _, st := range a.inbound {
+		_ = st.Reset()
+	}
+	links := a.links
+	a.links = map[peer.ID]*reduceLink{}
+	a.mu.Unlock()
+	var ends sync.WaitGroup
+	for _, l := range links {
+		ends.Go(func() {
+			l.mu.Lock() // after the sender, which a.ctx stops
+			defer l.mu.Unlock()
+			if st := l.st; st != nil {
+				l.st = nil
+				_ = st.SetReadDeadline(time.Now().Add(a.cfg.ChunkTimeout))
+				if st.CloseWrite() != nil {
+					_ = st.Reset()
+					return
+				}
+				if _, err := io.Copy(io.Discard, st); err != nil {
+					_ = st.Reset()
+					return
+				}
+				_ = st.Close()
+			}
+		})
+	}
+	ends.Wait()
+	a.wg.Wait()
+	return nil
+}
+
+// accept takes a peer's stream to us; a newer one replaces an older.
+func (a *AllReducer) accept(st network.Stream) {
+	p := st.Conn().RemotePeer()
+	if err := st.Scope().SetService(AllReduceServiceName); err != nil {
+		a.rj.reject(p, fmt.Errorf("%w: all-reduce stream: %v", ErrBusy, err))
+		_ = st.Reset()
+		return
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		_ = st.Reset()
+		return
+	}
+	if old := a.inbound[p]; old != nil {
+		_ = old.Reset()
+	}
+	a.inbound[p] = st
+	delete(a.broken, p)
+	a.wg.Add(1)
+	a.mu.Unlock()
+	defer a.wg.Done()
+	err := a.read(st, p)
+	if errors.Is(err, errSuperseded) {
+		err = nil
+	}
+	a.mu.Lock()
+	if a.inbound[p] == st {
+		delete(a.inbound, p)
+	}
+	a.mu.Unlock()
+	if err != nil {
+		_ = st.Reset()
+		if a.ctx.Err() == nil {
+			a.rj.reject(p, err)
+			a.mu.Lock()
+			if _, ok := a.inbound[p]; !ok {
+				a.broken[p] = err
+			}
+			a.mu.Unlock()
+			a.deliverErr(p, err)
+		}
+		return
+	}
+	_ = st.Close()
+}
+
+// read reads messages from p until the stream ends; it returns nil at a
+// clean end of stream.
+func (a *AllReducer) read(st network.Stream, p peer.ID) error {
+	x := &streamIO{ctx: a.ctx, st: st, c: a.c, timeout: a.cfg.ChunkTimeout}
+	var hb [ReduceHeaderSize]byte
+	for {
+		// Between reductions a stream idles as long as it likes.
+		_ = st.SetReadDeadline(time.Time{})
+		if _, err := io.ReadFull(x, hb[:1]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("read all-reduce header: %w", readError(err))
+		}
+		if err := x.readFull(hb[1:]); err != nil {
+			return fmt.Errorf("read all-reduce header: %w", err)
+		}
+		h, err := parseReduceHeader(hb[:], a.cfg.MaxElements)
+		if err != nil {
+			return err
+		}
+		data := a.alloc(int(h.count))
+		if err := x.readFull(float32Bytes(data)); err != nil {
+			return fmt.Errorf("read all-reduce payload: %w", err)
+		}
+		if !littleEndian {
+			b := float32Bytes(data)
+			for i := range data {
+				data[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+			}
+		}
+		if !allFinite(data) {
+			return fmt.Errorf("%w: in an all-reduce message from round %d", ErrNonFinite, h.id.Round)
+		}
+		if err := a.deliver(st, reduceMsg{from: p, h: h, data: data}); err != nil {
+			return err
+		}
+	}
+}
+
+func (a *AllReducer) alloc(n int) []float32 {
+	if v, ok := a.pool.Get().(*[]float32); ok && cap(*v) >= n {
+		return (*v)[:n]
+	}
+	return make([]float32, n, max(n, a.cfg.ChunkElements))
+}
+
+func (a *AllReducer) free(v []float32) {
+	if v != nil {
+		a.pool.Put(&v)
+	}
+}
+
+// errSuperseded ends the reader of a stream the peer has replaced.
+var errSuperseded = errors.New("gossip: all-reduce stream superseded")
+
+// maxEnded is how many ended reductions we remember, to drop their late
+// messages.
+const maxEnded = 16
+
+// deliver hands m, read from st, to its reduction: at once if it runs,
+// after a wait if we have not started it; a message of a reduction that
+// ended is dropped.
+func (a *AllReducer) deliver(st network.Stream, m reduceMsg) error {
+	timer := time.NewTimer(a.cfg.AheadWait)
+	defer timer.Stop()
+	for {
+		a.mu.Lock()
+		op, started := a.cur, a.started
+		ended := slices.Contains(a.ended, m.h.id)
+		superseded := a.inbound[m.from] != st
+		a.mu.Unlock()
+		switch {
+		case superseded:
+			a.free(m.data)
+			return errSuperseded
+		case op != nil && op.id == m.h.id:
+			if !slices.Contains(op.members, m.from) {
+				return fmt.Errorf("%w: all-reduce message from a peer outside round %d", ErrProtocol, m.h.id.Round)
+			}
+			select {
+			case op.in <- m:
+			case <-op.done:
+				a.free(m.data)
+			case <-a.ctx.Done():
+				return a.ctx.Err()
+			}
+			return nil
+		case ended:
+			a.free(m.data) // a reduction we finished or gave up
+			return nil
+		}
+		select {
+		case <-started:
+		case <-timer.C:
+			a.free(m.data)
+			return fmt.Errorf("%w: all-reduce message for round %d, which we did not start", ErrTimeout, m.h.id.Round)
+		case <-a.ctx.Done():
+			return a.ctx.Err()
+		}
+	}
+}
+
+// deliverErr tells the reduction in progress that p's stream failed, if p
+// is one of its members.
+func (a *AllReducer) deliverErr(p peer.ID, err error) {
+	a.mu.Lock()
+	op := a.cur
+	a.mu.Unlock()
+	if op == nil || !slices.Contains(op.members, p) {
+		return
+	}
+	select {
+	case op.in <- reduceMsg{from: p, err: err}:
+	case <-op.done:
+	default: // the op has messages to read first; it will time out instead
+	}
+}
+
+// AllReduce replaces buf with the element-wise mean of every member's buf.
+// members is the sorted list of every member, us included; each calls
+// AllReduce with the same id, members and buffer length. It returns when
+// buf holds the mean, or with an error wrapping ErrAllReduce when ctx ends
+// or a member fails first (then buf must not be used).
+func (a *AllReducer) AllReduce(ctx context.Context, id ReduceID, members []peer.ID, buf []float32) error {
+	self := a.h.ID()
+	me := slices.Index(members, self)
+	switch {
+	case len(buf) == 0 || len(buf) > a.cfg.MaxElements:
+		return fmt.Errorf("%w: all-reduce of %d elements (limit %d)", ErrBadSnapshot, len(buf), a.cfg.MaxElements)
+	case me < 0:
+		return fmt.Errorf("%w: all-reduce among members that exclude us", ErrBadSnapshot)
+	case len(members) > a.cfg.MaxMembers:
+		return fmt.Errorf("%w: all-reduce among %d members (limit %d)", ErrBadSnapshot, len(members), a.cfg.MaxMembers)
+	case !slices.IsSorted(members) || len(slices.Compact(slices.Clone(members))) != len(members):
+		return fmt.Errorf("%w: all-reduce members not sorted and distinct", ErrBadSnapshot)
+	case len(members) > len(buf):
+		return fmt.Errorf("%w: all-reduce of %d elements among %d members", ErrBadSnapshot, len(buf), len(members))
+	}
+	if len(members) == 1 {
+		a.reductions.Add(1)
+		return nil
+	}
+	a.runMu.Lock()
+	defer a.runMu.Unlock()
+	op := &reduceOp{id: id, members: members,
+		in: make(chan reduceMsg, 4*len(members)), done: make(chan struct{})}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return fmt.Errorf("%w: %w", ErrAllReduce, ErrClosed)
+	}
+	a.cur = op
+	close(a.started)
+	a.started = make(chan struct{})
+	// A member whose stream to us broke and that is no longer connected
+	// is gone (a crashed process): fail now rather than at the deadline,
+	// or after a dial to it times out.
+	var err error
+	for _, p := range members {
+		if berr := a.broken[p]; berr != nil && a.h.Network().Connectedness(p) != network.Connected {
+			err = onPeer(p, fmt.Errorf("member %s is gone: %w", p, berr))
+			break
+		}
+	}
+	a.mu.Unlock()
+	if err == nil {
+		err = a.run(ctx, op, me, buf)
+	}
+	a.mu.Lock()
+	close(op.done)
+	if a.cur == op {
+		a.cur = nil
+	}
+	a.ended = append(a.ended, id)
+	if len(a.ended) > maxEnded {
+		a.ended = slices.Delete(a.ended, 0, len(a.ended)-maxEnded)
+	}
+	a.mu.Unlock()
+	// Drain what readers left in the channel.
+	for drained := false; !drained; {
+		select {
+		case m := <-op.in:
+			a.free(m.data)
+		default:
+			drained = true
+		}
+	}
+	if err != nil {
+		a.failures.Add(1)
+		if a.ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", err, ErrClosed)
+		}
+		re := &AllReduceError{Round: id.Round, Err: err}
+		var pe *peerError
+		if errors.As(err, &pe) {
+			re.Peer = pe.p
+		}
+		return re
+	}
+	a.reductions.Add(1)
+	return nil
+}
+
+// run is one reduction: scatter our segments, sum and return ours, gather
+// everyone's.
+func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float32) error {
+	// Senders stop when ctx is cancelled, which must come first; Close
+	// cancels a.ctx.
+	var senders sync.WaitGroup
+	defer senders.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(a.ctx, cancel)
+	defer stop()
+	k := len(op.members)
+	n := len(buf)
+	lo, hi := segment(n, k, me)
+	own := slices.Clone(buf[lo:hi]) // the sum of our segment, ours first
+
+	sendErr := make(chan error, 2*k)
+	scattered := make([]chan struct{}, k)
+	for j, p := range op.members {
+		if j == me {
+			continue
+		}
+		scattered[j] = make(chan struct{})
+		jlo, jhi := segment(n, k, j)
+		senders.Go(func() {
+			defer close(scattered[j])
+			if err := a.send(ctx, p, reduceScatter, op.id, n, jlo, buf[jlo:jhi]); err != nil {
+				sendErr <- onPeer(p, err)
+			}
+		})
+	}
+	// Next offset expected from each peer, per kind.
+	nextScatter := make([]int, k)
+	nextGather := make([]int, k)
+	for j := range op.members {
+		nextScatter[j] = lo
+		nextGather[j], _ = segment(n, k, j)
+	}
+	scatterLeft := (k - 1) * (hi - lo)
+	gatherLeft := n - (hi - lo)
+	if scatterLeft == 0 {
+		// Our segment is empty only if n < k, ruled out by AllReduce.
+		return fmt.Errorf("%w: empty segment", ErrProtocol)
+	}
+	for scatterLeft > 0 || gatherLeft > 0 {
+		var m reduceMsg
+		select {
+		case m = <-op.in:
+		case err := <-sendErr:
+			return err
+		case <-ctx.Done():
+			return fmt.Errorf("%w: waiting for %d scattered and %d gathered elements: %w", ErrTimeout, scatterLeft, gatherLeft, ctx.Err())
+		case <-a.ctx.Done():
+			return ErrClosed
+		}
+		if m.err != nil {
+			return onPeer(m.from, fmt.Errorf("stream from %s: %w", m.from, m.err))
+		}
+		j := slices.Index(op.members, m.from)
+		off, cnt := int(m.h.offset), int(m.h.count)
+		var bad error
+		switch {
+		case m.h.total != uint64(n):
+			bad = fmt.Errorf("%w: all-reduce buffer of %d elements, ours has %d", ErrSizeMismatch, m.h.total, n)
+		case m.h.kind == reduceScatter:
+			if off != nextScatter[j] || off+cnt > hi {
+				bad = fmt.Errorf("%w: scattered [%d, +%d) from %s, expected from %d within [%d, %d)", ErrProtocol, off, cnt, m.from, nextScatter[j], lo, hi)
+				break
+			}
+			dst := own[off-lo : off-lo+cnt]
+			for i, v := range m.data {
+				dst[i] += v
+			}
+			nextScatter[j] += cnt
+			scatterLeft -= cnt
+			if scatterLeft == 0 {
+				if err := a.finishSegment(ctx, op, me, own, buf, lo, &senders, sendErr); err != nil {
+					return err
+				}
+			}
+		default:
+			_, jhi := segment(n, k, j)
+			if off != nextGather[j] || off+cnt > jhi {
+				bad = fmt.Errorf("%w: gathered [%d, +%d) from %s, expected from %d within its segment", ErrProtocol, off, cnt, m.from, nextGather[j])
+				break
+			}
+			// Our scatter of this segment has been read out of buf
+			// before we overwrite it.
+			select {
+			case <-scattered[j]:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			copy(buf[off:off+cnt], m.data)
+			nextGather[j] += cnt
+			gatherLeft -= cnt
+		}
+		a.free(m.data)
+		if bad != nil {
+			a.rj.reject(m.from, bad)
+			a.cutOff(m.from)
+			return onPeer(m.from, bad)
+		}
+	}
+	cancelOnError := make(chan struct{})
+	go func() {
+		senders.Wait()
+		close(cancelOnError)
+	}()
+	select {
+	case <-cancelOnError:
+	case err := <-sendErr:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-sendErr:
+		return err
+	default:
+	}
+	return nil
+}
+
+// finishSegment turns our segment's sum into the mean, writes it into buf
+// and sends it to every member.
+func (a *AllReducer) finishSegment(ctx context.Context, op *reduceOp, me int, own, buf []float32, lo int,
+	senders *sync.WaitGroup, sendErr chan<- error) error {
+	scale := 1 / float32(len(op.members))
+	for i := range own {
+		own[i] *= scale
+	}
+	if !allFinite(own) {
+		return fmt.Errorf("%w: the mean of our segment overflows", ErrNonFinite)
+	}
+	copy(buf[lo:], own)
+	seg := buf[lo : lo+len(own)]
+	for j, p := range op.members {
+		if j == me {
+			continue
+		}
+		senders.Go(func() {
+			if err := a.send(ctx, p, reduceGather, op.id, len(buf), lo, seg); err != nil {
+				sendErr <- onPeer(p, err)
+			}
+		})
+	}
+	return nil
+}
+
+// cutOff resets p's inbound stream after it sent something no correct peer
+// sends.
+func (a *AllReducer) cutOff(p peer.ID) {
+	a.mu.Lock()
+	st := a.inbound[p]
+	a.mu.Unlock()
+	if st != nil {
+		_ = st.Reset()
+	}
+}
+
+// send writes v, which starts at offset off of a buffer of total elements,
+// to p as messages of at most ChunkElements.
+func (a *AllReducer) send(ctx context.Context, p peer.ID, kind byte, id ReduceID, total, off int, v []float32) error {
+	l := a.link(p)
+	if l == nil {
+		return ErrClosed
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.st == nil {
+		octx, cancel := context.WithTimeout(ctx, a.cfg.ChunkTimeout)
+		st, err := a.h.NewStream(network.WithAllowLimitedConn(octx, "all-reduce"), p, AllReduceProtocolID)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("open all-reduce stream to %s: %w", p, err)
+		}
+		if err := st.Scope().SetService(AllReduceServiceName); err != nil {
+			_ = st.Reset()
+			return fmt.Errorf("all-reduce stream to %s: %w", p, err)
+		}
+		l.st = st
+	}
+	st := l.st
+	// A reduction given up mid-message leaves the stream unusable: reset.
+	stop := context.AfterFunc(ctx, func() { _ = st.Reset() })
+	defer func() {
+		if !stop() && l.st == st {
+			l.st = nil
+		}
+	}()
+	x := &streamIO{ctx: ctx, st: st, c: a.c, timeout: a.cfg.ChunkTimeout, lim: a.cfg.UploadLimiter}
+	var scratch []byte
+	for len(v) > 0 {
+		c := min(len(v), a.cfg.ChunkElements)
+		h := reduceHeader{kind: kind, id: id, total: uint64(total), offset: uint64(off), count: uint32(c)}
+		hb := h.marshal()
+		err := x.writeAll(hb[:])
+		if err == nil {
+			payload := float32Bytes(v[:c])
+			if !littleEndian {
+				scratch = slices.Grow(scratch[:0], 4*c)[:4*c]
+				for i, f := range v[:c] {
+					binary.LittleEndian.PutUint32(scratch[4*i:], math.Float32bits(f))
+				}
+				payload = scratch
+			}
+			err = x.writeAll(payload)
+		}
+		if err != nil {
+			_ = st.Reset()
+			l.st = nil
+			return fmt.Errorf("all-reduce to %s: %w", p, err)
+		}
+		v, off = v[c:], off+c
+	}
+	return nil
+}
+
+func (a *AllReducer) link(p peer.ID) *reduceLink {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil
+	}
+	l := a.links[p]
+	if l == nil {
+		l = &reduceLink{}
+		a.links[p] = l
+	}
+	return l
+}

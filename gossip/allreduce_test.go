@@ -1,0 +1,419 @@
+package gossip
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+func reduceTestConfig() AllReduceConfig {
+	c := DefaultAllReduceConfig()
+	c.MaxElements = 1 << 20
+	c.ChunkElements = 1000 // several messages per segment
+	c.ChunkTimeout = 500 * time.Millisecond
+	c.AheadWait = 2 * time.Second
+	c.Logger = slog.New(slog.DiscardHandler)
+	return c
+}
+
+type reducePeer struct {
+	h host.Host
+	r *AllReducer
+}
+
+// newReducers starts k connected hosts with an AllReducer each, sorted by
+// peer ID.
+func newReducers(t testing.TB, k int, cfg AllReduceConfig) ([]reducePeer, []peer.ID) {
+	t.Helper()
+	ps := make([]reducePeer, k)
+	for i := range ps {
+		h := newHost(t, "tcp", testConfig(1))
+		c := cfg
+		c.Counters = new(Counters)
+		r, err := NewAllReducer(h, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Close() })
+		ps[i] = reducePeer{h: h, r: r}
+	}
+	for i := range ps {
+		for j := i + 1; j < k; j++ {
+			connect(t, ps[i].h, ps[j].h)
+		}
+	}
+	slices.SortFunc(ps, func(a, b reducePeer) int {
+		switch {
+		case a.h.ID() < b.h.ID():
+			return -1
+		case a.h.ID() > b.h.ID():
+			return 1
+		}
+		return 0
+	})
+	ids := make([]peer.ID, k)
+	for i, p := range ps {
+		ids[i] = p.h.ID()
+	}
+	return ps, ids
+}
+
+// reduceAll runs one reduction on every peer in ps at once.
+func reduceAll(ctx context.Context, ps []reducePeer, id ReduceID, members []peer.ID, bufs [][]float32) []error {
+	errs := make([]error, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { errs[i] = p.r.AllReduce(ctx, id, members, bufs[i]) })
+	}
+	wg.Wait()
+	return errs
+}
+
+func TestAllReduceMean(t *testing.T) {
+	checkLeaks(t)
+	for _, k := range []int{2, 3, 4} {
+		ps, ids := newReducers(t, k, reduceTestConfig())
+		const n = 10007 // segments of unequal length, several messages each
+		for round := uint64(1); round <= 3; round++ {
+			bufs := make([][]float32, k)
+			want := make([]float64, n)
+			for i := range bufs {
+				bufs[i] = randVec(n, round*10+uint64(i))
+				for j, v := range bufs[i] {
+					want[j] += float64(v) / float64(k)
+				}
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			errs := reduceAll(ctx, ps, ReduceID{Round: round, Group: 7}, ids, bufs)
+			cancel()
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("k=%d round %d member %d: %v", k, round, i, err)
+				}
+			}
+			for i := range bufs {
+				if !slices.Equal(bufs[i], bufs[0]) {
+					t.Fatalf("k=%d round %d: member %d holds other values than member 0", k, round, i)
+				}
+			}
+			for j, w := range want {
+				if math.Abs(w-float64(bufs[0][j])) > 1e-6 {
+					t.Fatalf("k=%d round %d element %d: %g, mean is %g", k, round, j, bufs[0][j], w)
+				}
+			}
+		}
+		for _, p := range ps {
+			if s := p.r.Stats(); s.Reductions != 3 || s.Failures != 0 {
+				t.Fatalf("k=%d: stats %+v", k, s)
+			}
+		}
+	}
+}
+
+// A member that stops mid-reduction makes the others fail within their
+// deadline, and the rest reduce among themselves next.
+func TestAllReduceMemberDies(t *testing.T) {
+	checkLeaks(t)
+	ps, ids := newReducers(t, 4, reduceTestConfig())
+	const n = 4000
+	bufs := make([][]float32, 4)
+	for i := range bufs {
+		bufs[i] = randVec(n, uint64(i))
+	}
+	// Member 3 dies: its host goes away while the others reduce.
+	_ = ps[3].r.Close()
+	_ = ps[3].h.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	start := time.Now()
+	errs := reduceAll(ctx, ps[:3], ReduceID{Round: 1, Group: 1}, ids, bufs[:3])
+	cancel()
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("failing took %v", took)
+	}
+	for i, err := range errs {
+		if !errors.Is(err, ErrAllReduce) {
+			t.Fatalf("member %d: %v, want ErrAllReduce", i, err)
+		}
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	for i := range 3 {
+		bufs[i] = randVec(n, uint64(i))
+	}
+	errs = reduceAll(ctx, ps[:3], ReduceID{Round: 2, Group: 2}, ids[:3], bufs[:3])
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("after the failure, member %d: %v", i, err)
+		}
+	}
+	if !slices.Equal(bufs[0], bufs[2]) {
+		t.Fatal("the survivors disagree")
+	}
+}
+
+// Hostile messages are rejected with their reason and counted, and the
+// reduction they were sent into fails fast instead of using them.
+func TestAllReduceHostile(t *testing.T) {
+	checkLeaks(t)
+	const n = 2000
+	id := ReduceID{Round: 5, Group: 9}
+	good := func(kind byte, total, off uint64, count uint32) reduceHeader {
+		return reduceHeader{kind: kind, id: id, total: total, offset: off, count: count}
+	}
+	nan := make([]float32, n/2)
+	nan[3] = float32(math.NaN())
+	cases := []struct {
+		name    string
+		hdr     func(b []byte)
+		h       reduceHeader
+		payload []float32
+		reason  Reason
+	}{
+		{"bad magic", func(b []byte) { b[0] = 'X' }, good(reduceScatter, n, n/2, n/2), make([]float32, n/2), ReasonBadMagic},
+		{"oversize buffer", nil, good(reduceScatter, 1<<21, 0, 10), make([]float32, 10), ReasonOversize},
+		{"oversize message", nil, good(reduceScatter, n, 0, MaxReduceChunk+1), nil, ReasonOversize},
+		{"outside the buffer", nil, good(reduceScatter, n, n-5, 10), make([]float32, 10), ReasonSizeMismatch},
+		{"wrong buffer size", nil, good(reduceScatter, n+2, n/2, 10), make([]float32, 10), ReasonSizeMismatch},
+		{"not our segment", nil, good(reduceScatter, n, 0, 10), make([]float32, 10), ReasonProtocol},
+		{"NaN", nil, good(reduceScatter, n, n/2, n/2), nan, ReasonNonFinite},
+		{"reserved bits", func(b []byte) { b[6] = 1 }, good(reduceScatter, n, n/2, n/2), make([]float32, n/2), ReasonProtocol},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ps, ids := newReducers(t, 2, reduceTestConfig())
+			// The attacker is member 0 and sends to member 1, whose
+			// segment is the second half.
+			victim, attacker := ps[1], ps[0]
+			done := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+				defer cancel()
+				done <- victim.r.AllReduce(ctx, id, ids, make([]float32, n))
+			}()
+			// A message that arrives before the reduction starts fails it
+			// only at its deadline: send once it runs.
+			eventually(t, "the reduction to start", func() bool {
+				victim.r.mu.Lock()
+				defer victim.r.mu.Unlock()
+				return victim.r.cur != nil
+			})
+			st, err := attacker.h.NewStream(t.Context(), victim.h.ID(), AllReduceProtocolID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Reset()
+			hb := tc.h.marshal()
+			if tc.hdr != nil {
+				tc.hdr(hb[:])
+			}
+			_, _ = st.Write(hb[:])
+			_, _ = st.Write(float32Bytes(tc.payload))
+			start := time.Now()
+			err = <-done
+			if !errors.Is(err, ErrAllReduce) {
+				t.Fatalf("reduction: %v, want ErrAllReduce", err)
+			}
+			if took := time.Since(start); took > 2*time.Second {
+				t.Fatalf("failing took %v: the bad message was not noticed", took)
+			}
+			if got := victim.r.c.Rejected(tc.reason); got != 1 {
+				t.Fatalf("rejected %s: %d, want 1 (all: %v)", tc.reason, got, victim.r.c.Snapshot().Rejected)
+			}
+		})
+	}
+}
+
+func TestAllReduceArgs(t *testing.T) {
+	checkLeaks(t)
+	ps, ids := newReducers(t, 2, reduceTestConfig())
+	r := ps[0].r
+	for _, tc := range []struct {
+		name    string
+		members []peer.ID
+		n       int
+	}{
+		{"empty", ids, 0},
+		{"oversize", ids, 1<<20 + 1},
+		{"without us", ids[1:], 10},
+		{"unsorted", []peer.ID{ids[1], ids[0]}, 10},
+		{"more members than elements", ids, 1},
+	} {
+		if err := r.AllReduce(t.Context(), ReduceID{Round: 1}, tc.members, make([]float32, tc.n)); !errors.Is(err, ErrBadSnapshot) {
+			t.Errorf("%s: %v, want ErrBadSnapshot", tc.name, err)
+		}
+	}
+	// Alone, the mean is our own buffer.
+	v := randVec(10, 1)
+	w := slices.Clone(v)
+	if err := r.AllReduce(t.Context(), ReduceID{Round: 1}, ids[:1], w); err != nil || !slices.Equal(v, w) {
+		t.Fatalf("alone: %v", err)
+	}
+	if _, err := NewAllReducer(ps[0].h, AllReduceConfig{}); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("zero config: %v", err)
+	}
+}
+
+func FuzzAllReduceHeader(f *testing.F) {
+	h := reduceHeader{kind: reduceGather, id: ReduceID{Round: 3, Group: 4}, total: 100, offset: 10, count: 20}
+	b := h.marshal()
+	f.Add(b[:])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := parseReduceHeader(b, 1<<20)
+		if err != nil {
+			return
+		}
+		if h.offset+uint64(h.count) > h.total || h.total > 1<<20 || h.count == 0 {
+			t.Fatalf("accepted %+v", h)
+		}
+		if rb := h.marshal(); string(rb[:]) != string(b[:ReduceHeaderSize]) {
+			t.Fatalf("round trip differs")
+		}
+	})
+}
+
+// BenchmarkAllReduce: one all-reduce of 1 MB and of 100 MB among 4 hosts on
+// loopback (TCP), next to a plain stream copy of the same bytes between two
+// of those hosts in the same run: ratio is all-reduce time / copy time.
+// The all-reduce moves 1.5 x the buffer out of and into every host, 6 x the
+// copy's bytes in all, through the same CPUs; mesh-copy-ms is those same
+// transfers as plain stream copies, all at once with no reduction, and
+// ratio-mesh the all-reduce's time over theirs: what the protocol adds to
+// moving its bytes on this machine.
+func BenchmarkAllReduce(b *testing.B) {
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"1MB", 250_000}, {"100MB", benchN}} {
+		b.Run(size.name, func(b *testing.B) {
+			cfg := DefaultAllReduceConfig()
+			cfg.Logger = slog.New(slog.DiscardHandler)
+			const k = 4
+			ps, ids := newReducers(b, k, cfg)
+			bufs := make([][]float32, k)
+			for i := range bufs {
+				bufs[i] = randVec(size.n, uint64(i))
+			}
+			payload := float32Bytes(randVec(size.n, 9))
+			const copyProtocol = "/meshtrain/bench-copy/1"
+			for _, p := range ps {
+				p.h.SetStreamHandler(copyProtocol, func(s network.Stream) {
+					if _, err := io.Copy(io.Discard, s); err != nil {
+						_ = s.Reset()
+						return
+					}
+					_, _ = s.Write([]byte{1})
+					_ = s.Close()
+				})
+				defer p.h.RemoveStreamHandler(copyProtocol)
+			}
+			send := func(from, to host.Host, data []byte) error {
+				s, err := from.NewStream(b.Context(), to.ID(), copyProtocol)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				if _, err := s.Write(data); err != nil {
+					return err
+				}
+				if err := s.CloseWrite(); err != nil {
+					return err
+				}
+				var ack [1]byte
+				_, err = io.ReadFull(s, ack[:])
+				return err
+			}
+			copyOnce := func() time.Duration {
+				start := time.Now()
+				if err := send(ps[0].h, ps[1].h, payload); err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(start)
+			}
+			// Every host sends a segment's worth to every other, twice (the
+			// reduce-scatter's and the all-gather's bytes), all at once.
+			seg := payload[:len(payload)/k]
+			meshOnce := func() time.Duration {
+				start := time.Now()
+				var wg sync.WaitGroup
+				errs := make(chan error, k*k)
+				for i := range ps {
+					for j := range ps {
+						if i != j {
+							wg.Go(func() {
+								for range 2 {
+									if err := send(ps[i].h, ps[j].h, seg); err != nil {
+										errs <- err
+									}
+								}
+							})
+						}
+					}
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					b.Fatal(err)
+				}
+				return time.Since(start)
+			}
+			round := uint64(0)
+			reduceOnce := func() time.Duration {
+				round++
+				start := time.Now()
+				for i, err := range reduceAll(b.Context(), ps, ReduceID{Round: round, Group: 1}, ids, bufs) {
+					if err != nil {
+						b.Fatalf("member %d: %v", i, err)
+					}
+				}
+				return time.Since(start)
+			}
+			// Warm up: streams opened, windows grown.
+			copyOnce()
+			meshOnce()
+			reduceOnce()
+			var red, cp, mesh []time.Duration
+			b.ResetTimer()
+			for b.Loop() {
+				red = append(red, reduceOnce())
+				b.StopTimer()
+				cp = append(cp, copyOnce())
+				mesh = append(mesh, meshOnce())
+				b.StartTimer()
+			}
+			r, c, m := median(red), median(cp), median(mesh)
+			b.ReportMetric(float64(r.Microseconds())/1e3, "allreduce-ms")
+			b.ReportMetric(float64(c.Microseconds())/1e3, "copy-ms")
+			b.ReportMetric(float64(m.Microseconds())/1e3, "mesh-copy-ms")
+			b.ReportMetric(float64(r)/float64(c), "ratio")
+			b.ReportMetric(float64(r)/float64(m), "ratio-mesh")
+		})
+	}
+}
+
+// TestAllReduceWire pins the header layout of docs/protocol.md.
+func TestAllReduceWire(t *testing.T) {
+	h := reduceHeader{kind: reduceScatter, id: ReduceID{Round: 258, Group: 0x0102030405060708}, total: 235146, offset: 58786, count: 58787}
+	b := h.marshal()
+	want := "4d544152" + "01" + "01" + "0000" + "0201000000000000" + "0807060504030201" +
+		"8a96030000000000" + "a2e5000000000000" + "a3e50000" + "00000000"
+	if got := hex.EncodeToString(b[:]); got != want {
+		t.Fatalf("header\n got %s\nwant %s", got, want)
+	}
+	if lo, hi := segment(235146, 4, 1); lo != 58786 || hi != 117573 {
+		t.Fatalf("member 1's segment [%d, %d)", lo, hi)
+	}
+	if got, err := parseReduceHeader(b[:], 1<<20); err != nil || got != h {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+}
