@@ -164,10 +164,7 @@ func writeSideBySide(b *strings.Builder, br *BenchResults) {
 			if s == nil {
 				continue
 			}
-			reached := ""
-			if s.Reached < s.Runs {
-				reached = fmt.Sprintf(" (%d of %d reached)", s.Reached, s.Runs)
-			}
+			reached := reachedNote(s)
 			p("| %s | %s | %s%s | %s | %s | %s | %s | %s | %s at %.2f s |\n", r.Network.Name, mode, secs(s.TimeToTargetS), reached,
 				secs(s.FirstNodeTimeS), num(s.SamplesToTarget, "%.0f"), perSample(s.BytesSentPerSample, s.BytesSentPerSamplePerNode),
 				optBytes(s.WireBytesSentPerSample), fracs(s.BusyFraction), pct(s.FinalAccuracy), r.Settings.FixedWallS)
@@ -220,10 +217,7 @@ func writeNetwork(b *strings.Builder, br *BenchResults, r *Results, level int) {
 		if s == nil {
 			continue
 		}
-		reached := ""
-		if s.Reached < s.Runs {
-			reached = fmt.Sprintf(" (%d of %d reached)", s.Reached, s.Runs)
-		}
+		reached := reachedNote(s)
 		capped := ""
 		if s.Capped > 0 {
 			capped = fmt.Sprintf(" (%d capped)", s.Capped)
@@ -553,4 +547,13 @@ func writeNetworkSummary(w io.Writer, r *Results) {
 		}
 		fmt.Fprintf(w, "  %-4s %s: %s (want %s)\n", verdict, b.Name, num(b.Measured, "%.3f"), b.Want)
 	}
+}
+
+// reachedNote says how many of a mode's runs reached the target when not
+// all of them did.
+func reachedNote(s *ModeSummary) string {
+	if s.Reached < s.Runs {
+		return fmt.Sprintf(" (%d of %d reached)", s.Reached, s.Runs)
+	}
+	return ""
 }
