@@ -623,6 +623,8 @@ func (s *syncer) adoptOuter(res gossip.SyncState, joined bool) {
 // next round, which we lead or follow.
 func (s *syncer) settle(res gossip.SyncState) {
 	s.state, s.synced, s.forceLead, s.hint = res, true, false, ""
+	// The model now holds every member's: its information is fresh.
+	s.n.tookIn(time.Now(), 0, true)
 	s.startRound()
 	for _, p := range res.Members {
 		delete(s.failed, p) // alive as of this round

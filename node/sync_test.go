@@ -392,6 +392,14 @@ func TestSyncLockstep(t *testing.T) {
 	if overhead > 0.5 {
 		t.Errorf("the slowest node waited %.3f of its time: rounds are mostly messages", overhead)
 	}
+	// Every round takes in every member's model: a model is never older
+	// than the last round (a node that never synced would be as old as
+	// its uptime, more than the window).
+	for i := range nodes {
+		if age := after[i].ModelAgeS; age >= window.Seconds() {
+			t.Errorf("node %d: model age %.2fs after %v of rounds", i, age, window)
+		}
+	}
 	// Lockstep: the same number of steps, give or take the round in flight
 	// when the counters were read; the slowest node's rate is everyone's.
 	if maxSteps-minSteps > 2 || minSteps < 10 {
