@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"math"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -148,7 +147,7 @@ func (n *Node) runPosition(now time.Time, own float64) float64 {
 		return float64(n.trainer.Stats().Progress)
 	}
 	if n.cfg.Mode == ModeDiloco && !n.cfg.Offline {
-		return math.Float64frombits(n.groupProgress.Load())
+		return f64(&n.groupProgress)
 	}
 	return n.clock.value(now, own)
 }
