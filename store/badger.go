@@ -40,7 +40,7 @@ func Open(dir string, opts Options) (Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := removeEmptyValueLogs(filepath.Join(dir, dbDir), opts.Logger); err != nil {
+	if err := removeEmptyLogFiles(filepath.Join(dir, dbDir), opts.Logger); err != nil {
 		return nil, errors.Join(err, unlock())
 	}
 	bo := badgerOptions(filepath.Join(dir, dbDir), opts.Logger)
@@ -65,30 +65,33 @@ func Open(dir string, opts Options) (Store, error) {
 	return s, nil
 }
 
-// removeEmptyValueLogs deletes the zero-byte value-log files in the
-// database dir db. Badger deletes a value-log file by truncating it to zero
-// and then unlinking it, and creates one by opening it and then sizing it,
-// so a kill between the two steps leaves an empty file, which badger then
-// refuses to open ("Create a new file"). An empty file holds no entries
+// removeEmptyLogFiles deletes the zero-byte value-log (.vlog) and memtable
+// write-ahead log (.mem) files in the database dir db. Badger creates
+// either file by opening it and then sizing it, and deletes a value-log
+// file by truncating it to zero and then unlinking it, so a kill between
+// the two steps leaves an empty file, which badger then refuses to open
+// ("Create a new file", badger issue 2207). An empty file holds no entries
 // (not even the header every written file starts with), so removing it
 // loses nothing.
-func removeEmptyValueLogs(db string, log *slog.Logger) error {
-	paths, err := filepath.Glob(filepath.Join(db, "*.vlog"))
-	if err != nil {
-		return fmt.Errorf("store: list value-log files: %w", err)
-	}
-	for _, p := range paths {
-		fi, err := os.Stat(p)
+func removeEmptyLogFiles(db string, log *slog.Logger) error {
+	for _, ext := range []string{".vlog", ".mem"} {
+		paths, err := filepath.Glob(filepath.Join(db, "*"+ext))
 		if err != nil {
-			return fmt.Errorf("store: %w", err)
+			return fmt.Errorf("store: list %s files: %w", ext, err)
 		}
-		if !fi.Mode().IsRegular() || fi.Size() != 0 {
-			continue
+		for _, p := range paths {
+			fi, err := os.Stat(p)
+			if err != nil {
+				return fmt.Errorf("store: %w", err)
+			}
+			if !fi.Mode().IsRegular() || fi.Size() != 0 {
+				continue
+			}
+			if err := os.Remove(p); err != nil {
+				return fmt.Errorf("store: remove empty log file: %w", err)
+			}
+			log.Warn("removed an empty log file left by an interrupted create or delete", "file", filepath.Base(p))
 		}
-		if err := os.Remove(p); err != nil {
-			return fmt.Errorf("store: remove empty value-log file: %w", err)
-		}
-		log.Warn("removed an empty value-log file left by an interrupted create or delete", "file", filepath.Base(p))
 	}
 	return nil
 }

@@ -585,58 +585,64 @@ func TestDiskSpaceIsReclaimed(t *testing.T) {
 	}
 }
 
-// TestEmptyValueLogFileLeftByAKill: badger deletes a value-log file by
-// truncating it to zero bytes and then unlinking it, and creates one by
-// opening it and then sizing it; a kill between the two steps leaves an
-// empty file that badger itself refuses to open ("Create a new file"). Such
-// a file holds no entries, so Open removes it and the store keeps its data.
-func TestEmptyValueLogFileLeftByAKill(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		fid  func(have []int) int
-	}{
-		{"below the others", func(have []int) int { return 0 }},
-		{"above the others", func(have []int) int { return slices.Max(have) + 1 }},
+// TestEmptyLogFileLeftByAKill: badger creates a value-log or memtable log
+// file by opening it and then sizing it, and deletes a value-log file by
+// truncating it to zero bytes and then unlinking it; a kill between the two
+// steps leaves an empty file that badger itself refuses to open ("Create a
+// new file"). Such a file holds no entries, so Open removes it and the
+// store keeps its data.
+func TestEmptyLogFileLeftByAKill(t *testing.T) {
+	for _, kind := range []struct{ ext, name string }{
+		{"vlog", "%06d.vlog"},
+		{"mem", "%05d.mem"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			opts := Options{ChunkSize: MinChunkSize, Keep: 3}
-			s := openBadgerDir(t, dir, opts)
-			c := ckpt(fpA, 1, 3000, 100)
-			info := mustSave(t, s, c)
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			vlogs, err := filepath.Glob(filepath.Join(dir, dbDir, "*.vlog"))
-			if err != nil || len(vlogs) == 0 {
-				t.Fatalf("value-log files: %v, %v", vlogs, err)
-			}
-			var have []int
-			for _, p := range vlogs {
-				var fid int
-				if _, err := fmt.Sscanf(filepath.Base(p), "%06d.vlog", &fid); err != nil {
-					t.Fatalf("%s: %v", p, err)
+		for _, tc := range []struct {
+			name string
+			fid  func(have []int) int
+		}{
+			{"below the others", func(have []int) int { return 0 }},
+			{"above the others", func(have []int) int { return slices.Max(append(have, 0)) + 1 }},
+		} {
+			t.Run(kind.ext+" "+tc.name, func(t *testing.T) {
+				dir := t.TempDir()
+				opts := Options{ChunkSize: MinChunkSize, Keep: 3}
+				s := openBadgerDir(t, dir, opts)
+				c := ckpt(fpA, 1, 3000, 100)
+				info := mustSave(t, s, c)
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
 				}
-				have = append(have, fid)
-			}
-			empty := filepath.Join(dir, dbDir, fmt.Sprintf("%06d.vlog", tc.fid(have)))
-			if err := os.WriteFile(empty, nil, 0o600); err != nil {
-				t.Fatal(err)
-			}
+				files, err := filepath.Glob(filepath.Join(dir, dbDir, "*."+kind.ext))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var have []int
+				for _, p := range files {
+					var fid int
+					if _, err := fmt.Sscanf(filepath.Base(p), kind.name, &fid); err != nil {
+						t.Fatalf("%s: %v", p, err)
+					}
+					have = append(have, fid)
+				}
+				empty := filepath.Join(dir, dbDir, fmt.Sprintf(kind.name, tc.fid(have)))
+				if err := os.WriteFile(empty, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
 
-			s = openBadgerDir(t, dir, opts)
-			got, err := s.Load(t.Context(), info.ID)
-			if err != nil {
-				t.Fatalf("load after reopen: %v", err)
-			}
-			want := *c
-			want.Created = info.Created
-			checkSame(t, got, &want)
-			// Badger may reuse the name for a fresh file; an empty one
-			// must not be left.
-			if fi, err := os.Stat(empty); err == nil && fi.Size() == 0 {
-				t.Errorf("empty %s still there", filepath.Base(empty))
-			}
-		})
+				s = openBadgerDir(t, dir, opts)
+				got, err := s.Load(t.Context(), info.ID)
+				if err != nil {
+					t.Fatalf("load after reopen: %v", err)
+				}
+				want := *c
+				want.Created = info.Created
+				checkSame(t, got, &want)
+				// Badger may reuse the name for a fresh file; an empty one
+				// must not be left.
+				if fi, err := os.Stat(empty); err == nil && fi.Size() == 0 {
+					t.Errorf("empty %s still there", filepath.Base(empty))
+				}
+			})
+		}
 	}
 }
