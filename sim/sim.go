@@ -212,15 +212,15 @@ type simulation struct {
 	// liveTime is the integral of the live count over virtual time since
 	// the last point (node-seconds); liveAt when it was last brought up to
 	// date; bytesAt the bytes sent at the last point.
-	liveTime         float64
-	liveAt           time.Duration
-	bytesAt          float64
-	done             bool
-	arrivalRate      float64 // per second (lifetime model)
-	shardCount       int
-	progress         func(Point)
-	lastPoint        time.Duration
-	hasPoint         bool
+	liveTime    float64
+	liveAt      time.Duration
+	bytesAt     float64
+	done        bool
+	arrivalRate float64 // per second (lifetime model)
+	shardCount  int
+	progress    func(Point)
+	lastPoint   time.Duration
+	hasPoint    bool
 }
 
 // Run simulates cfg on the named dataset (loaded with train.LoadData) and
