@@ -384,7 +384,7 @@ func (s *simulation) run(ctx context.Context) error {
 			}
 		}
 		e, ok := s.q.pop()
-		if !ok || e.at > s.end {
+		if !ok || e.at >= s.end {
 			s.now = s.end
 			break
 		}
@@ -587,10 +587,12 @@ func (s *simulation) deliverA(x *exchange) {
 		s.nextRound(a)
 		return
 	}
-	a.pace.Exchanged(s.now - x.start)
 	if x.pull {
 		s.catchUp(a, x.b, &x.bSnap)
 	} else {
+		// Only exchanges pace the next: the node's catch-up leaves its
+		// pace alone.
+		a.pace.Exchanged(s.now - x.start)
 		s.merge(a, x.b, &x.bSnap)
 	}
 	s.nextRound(a)
