@@ -221,6 +221,9 @@ type simulation struct {
 	progress    func(Point)
 	lastPoint   time.Duration
 	hasPoint    bool
+	// started: the starting population has joined (its sessions are in
+	// progress, later ones fresh).
+	started bool
 }
 
 // Run simulates cfg on the named dataset (loaded with train.LoadData) and
@@ -373,6 +376,7 @@ func (s *simulation) run(ctx context.Context) error {
 		for range cfg.Nodes {
 			s.join(s.newNode())
 		}
+		s.started = true
 		if s.arrivalRate > 0 {
 			s.schedule(s.expDelay(s.arrivalRate), evJoin, nil, nil)
 		}
@@ -733,7 +737,11 @@ func (s *simulation) join(n *node) {
 		return
 	}
 	if s.arrivalRate > 0 {
-		if l := s.lifetime(); l < s.end-s.now {
+		l := s.lifetime()
+		if !s.started {
+			l = s.residual()
+		}
+		if l < s.end-s.now {
 			s.schedule(s.now+l, evLeave, n, nil)
 		}
 	}
@@ -796,6 +804,47 @@ func (s *simulation) lifetime() time.Duration {
 		return Open
 	}
 	return secondsToDuration(sec)
+}
+
+// residual draws what is left of a session in progress when the
+// simulation starts, as if the swarm had been running for ever: the
+// session is drawn length-biased (a node online at a given moment is more
+// likely to be in a long session) and the moment falls uniformly in it.
+// Starting every node on a fresh session instead would make the
+// population sag for about a mean session, since heavy-tailed lifetimes
+// end most fresh sessions early, before arrivals make up for them.
+func (s *simulation) residual() time.Duration {
+	c := s.cfg.Churn
+	var l float64
+	switch c.Lifetime {
+	case LifetimeWeibull:
+		// Length-biased Weibull(k, scale): scale * G^(1/k), G ~ Gamma(1+1/k).
+		l = c.Scale * math.Pow(gamma(s.rng, 1+1/c.Shape), 1/c.Shape)
+	case LifetimePareto:
+		// Length-biased Pareto(a, scale) is Pareto(a-1, scale).
+		l = c.Scale * math.Pow(1-s.rng.Float64(), -1/(c.Shape-1))
+	default:
+		return Open
+	}
+	return secondsToDuration(s.rng.Float64() * l)
+}
+
+// gamma draws from Gamma(shape, 1) for shape >= 1 (Marsaglia and Tsang).
+func gamma(r *rand.Rand, shape float64) float64 {
+	d := shape - 1.0/3
+	c := 1 / math.Sqrt(9*d)
+	for {
+		x := r.NormFloat64()
+		v := 1 + c*x
+		if v <= 0 {
+			continue
+		}
+		v = v * v * v
+		u := r.Float64()
+		if u < 1-0.0331*x*x*x*x || math.Log(u) < 0.5*x*x+d*(1-v+math.Log(v)) {
+			return d * v
+		}
+	}
 }
 
 // expDelay draws the wait to the next event of a Poisson process.

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"errors"
+	"math"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"sync"
@@ -296,6 +298,33 @@ func TestSimParseChurn(t *testing.T) {
 	for _, s := range []string{"", "exp:1,2", "weibull:1", "weibull:a,1s", "pareto:2,soon"} {
 		if err := ParseChurn(s, &c); err == nil {
 			t.Errorf("ParseChurn(%q) accepted", s)
+		}
+	}
+}
+
+// TestSimResidualSessions checks the starting population's sessions
+// against the renewal-theory mean of a session in progress seen at a
+// random moment, E[L^2] / (2 E[L]), with a fixed seed (so it cannot flake).
+func TestSimResidualSessions(t *testing.T) {
+	tests := []struct {
+		churn Churn
+		want  float64 // mean residual, s
+	}{
+		// Weibull(k, l): E[L^2]/(2E[L]) = l Gamma(1+2/k) / (2 Gamma(1+1/k)).
+		{Churn{Lifetime: LifetimeWeibull, Shape: 0.6, Scale: 600}, 600 * math.Gamma(1+2/0.6) / (2 * math.Gamma(1+1/0.6))},
+		{Churn{Lifetime: LifetimeWeibull, Shape: 2, Scale: 100}, 100 * math.Gamma(2) / (2 * math.Gamma(1.5))},
+		// Pareto(3, x): E[L] = 1.5x, E[L^2] = 3x^2.
+		{Churn{Lifetime: LifetimePareto, Shape: 3, Scale: 50}, 50},
+	}
+	for _, tt := range tests {
+		s := &simulation{cfg: Config{Churn: tt.churn}, rng: rand.New(rand.NewPCG(1, 2))}
+		const n = 200000
+		var sum float64
+		for range n {
+			sum += s.residual().Seconds()
+		}
+		if got := sum / n; math.Abs(got-tt.want) > 0.03*tt.want {
+			t.Errorf("%s: mean residual session %.1f s, want %.1f s", ChurnString(tt.churn), got, tt.want)
 		}
 	}
 }
