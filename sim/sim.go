@@ -307,7 +307,10 @@ func newSimulation(cfg Config, trainSet, testSet *train.Dataset, progress func(P
 	}
 	s.shardCount = cfg.Shards
 	if s.shardCount == 0 {
-		s.shardCount = population
+		// One per node, but never so many that a shard holds less than a
+		// batch: MNIST cut in 1,000 would leave 60 samples each, and
+		// every step would be a short one.
+		s.shardCount = max(1, min(population, trainSet.N/cfg.Batch))
 	}
 	s.shardCount = min(s.shardCount, trainSet.N)
 	if s.shards, err = train.IIDSplit(trainSet.N, s.shardCount, cfg.Seed); err != nil {
