@@ -128,7 +128,7 @@ type output struct {
 }
 
 // Write writes results.json, report.md and the plots (accuracy.png,
-// consensus.png, churn.png, traffic.png) into dir, creating it. wall is
+// consensus.png, churn.png, lost.png, traffic.png) into dir, creating it. wall is
 // the real time the run took, as the caller measured it.
 func Write(dir string, cfg Config, res *Result, wall time.Duration) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -273,9 +273,11 @@ func writePlots(dir string, cfg Config, res *Result) error {
 		{"consensus.png", "Consensus distance vs virtual time", "mean squared distance to the average (log scale)", true, []series{
 			{"consensus distance", col(func(p Point) float64 { return p.ConsensusDistance }), blue, false},
 		}},
-		{"churn.png", "Live nodes and samples lost to churn vs virtual time", "count", false, []series{
+		{"churn.png", "Live nodes vs virtual time", "live nodes", false, []series{
 			{"live nodes", col(func(p Point) float64 { return float64(p.Live) }), blue, false},
-			{"samples lost to churn / 1000", col(func(p Point) float64 { return float64(p.LostSamples) / 1000 }), red, false},
+		}},
+		{"lost.png", "Samples lost to churn (cumulative) vs virtual time", "samples", false, []series{
+			{"samples lost to churn", col(func(p Point) float64 { return float64(p.LostSamples) }), red, false},
 		}},
 		{"traffic.png", "Model bytes sent per live node per second vs virtual time", "bytes/s per node", false, []series{
 			{"bytes sent per live node per second", col(func(p Point) float64 { return p.BytesPerNodeS }), grey, false},
@@ -289,7 +291,9 @@ func writePlots(dir string, cfg Config, res *Result) error {
 		if pl.logY {
 			p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
 		}
-		p.Legend.Top = pl.file != "consensus.png"
+		// The lines run along the top (or, for the distance, fall from
+		// the top left): the legend goes where they are not.
+		p.Legend.Top = pl.file == "consensus.png"
 		for _, s := range pl.lines {
 			xy := make(plotter.XYs, 0, n)
 			for i := range t {

@@ -56,7 +56,7 @@ func TestSimWritesItsReport(t *testing.T) {
 	if !strings.Contains(out, "wrote "+dir) || strings.Count(errOut, "\nt=") != 2 {
 		t.Errorf("stdout %q, stderr %q: want a progress line per point and the files named", out, errOut)
 	}
-	for _, f := range []string{"results.json", "report.md", "accuracy.png", "consensus.png", "churn.png", "traffic.png"} {
+	for _, f := range []string{"results.json", "report.md", "accuracy.png", "consensus.png", "churn.png", "lost.png", "traffic.png"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
