@@ -71,6 +71,8 @@ type Result struct {
 	// wire.
 	ModelValues int `json:"model_values"`
 	ModelBytes  int `json:"model_bytes"`
+	// Shards is how many shards the training set was cut into.
+	Shards int `json:"shards"`
 	// Nodes is how many distinct nodes were ever online; Joins counts
 	// sessions begun (the starting population included), Returns those of
 	// a node coming back with its checkpoint, Newcomers those of a node
@@ -142,7 +144,6 @@ type node struct {
 	last string // previous partner
 
 	stepTime time.Duration
-	shard    []int
 	perm     []int32
 	at       int // position in perm
 
@@ -217,7 +218,6 @@ type simulation struct {
 	bytesAt     float64
 	done        bool
 	arrivalRate float64 // per second (lifetime model)
-	shardCount  int
 	progress    func(Point)
 	lastPoint   time.Duration
 	hasPoint    bool
@@ -305,15 +305,15 @@ func newSimulation(cfg Config, trainSet, testSet *train.Dataset, progress func(P
 	if cfg.Trace != nil {
 		population = s.traceNodes()
 	}
-	s.shardCount = cfg.Shards
-	if s.shardCount == 0 {
+	shards := cfg.Shards
+	if shards == 0 {
 		// One per node, but never so many that a shard holds less than a
 		// batch: MNIST cut in 1,000 would leave 60 samples each, and
 		// every step would be a short one.
-		s.shardCount = max(1, min(population, trainSet.N/cfg.Batch))
+		shards = max(1, min(population, trainSet.N/cfg.Batch))
 	}
-	s.shardCount = min(s.shardCount, trainSet.N)
-	if s.shards, err = train.IIDSplit(trainSet.N, s.shardCount, cfg.Seed); err != nil {
+	s.res.Shards = min(shards, trainSet.N)
+	if s.shards, err = train.IIDSplit(trainSet.N, s.res.Shards, cfg.Seed); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
 	return s, nil

@@ -328,3 +328,26 @@ func TestSimResidualSessions(t *testing.T) {
 		}
 	}
 }
+
+func TestSimDefaultShardsHoldABatch(t *testing.T) {
+	d, err := mnist()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ nodes, shards, want int }{
+		{8, 0, 8}, {1000, 0, 937}, {1000, 1, 1}, {1000, 1000, 1000},
+	} {
+		c := DefaultConfig()
+		c.Nodes, c.Shards = tt.nodes, tt.shards
+		s, err := newSimulation(c, d[0], d[1], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.res.Shards != tt.want || len(s.shards) != tt.want {
+			t.Errorf("%d nodes, shards %d: cut into %d, want %d", tt.nodes, tt.shards, s.res.Shards, tt.want)
+		}
+		if tt.shards == 0 && len(s.shards[len(s.shards)-1]) < c.Batch {
+			t.Errorf("%d nodes: a shard of %d samples, want at least a batch", tt.nodes, len(s.shards[len(s.shards)-1]))
+		}
+	}
+}

@@ -158,7 +158,7 @@ func Report(cfg Config, res *Result, wall time.Duration) string {
 	if len(cfg.Slowdowns) > 0 {
 		speed = fmt.Sprintf("step time %v times slowdowns %s", cfg.StepMedian, joinG(cfg.Slowdowns))
 	}
-	fmt.Fprintf(&b, "Speeds: %s. ", speed)
+	fmt.Fprintf(&b, "Data: %d iid shards of the training set. Speeds: %s. ", res.Shards, speed)
 	peers := "every live node"
 	if cfg.Peers > 0 {
 		peers = fmt.Sprintf("a random %d live nodes per round", cfg.Peers)
