@@ -107,7 +107,8 @@ type Config struct {
 	// reshuffled every pass, as `--shard i/n` does. 0 means one shard per
 	// node of the starting population (Nodes, or the trace's nodes), but
 	// at most one per Batch samples so that a shard holds a batch (937
-	// shards of 64 MNIST samples for 1,000 nodes: a few nodes share one);
+	// shards of 64 or 65 MNIST samples for 1,000 nodes: 63 of them serve
+	// two starting nodes; later nodes' ids wrap around them too);
 	// 1 gives every node the whole training set in its own order. A node
 	// holds its pass order, 4 bytes per sample of its shard.
 	Shards int
