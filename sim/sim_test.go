@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -348,6 +350,27 @@ func TestSimDefaultShardsHoldABatch(t *testing.T) {
 		}
 		if tt.shards == 0 && len(s.shards[len(s.shards)-1]) < c.Batch {
 			t.Errorf("%d nodes: a shard of %d samples, want at least a batch", tt.nodes, len(s.shards[len(s.shards)-1]))
+		}
+	}
+}
+
+// TestSimWriteDegenerateRuns: a run that ends at once, or whose models
+// always agree, still gets its plots (a log axis cannot show 0, nor pad a
+// single value by ±1).
+func TestSimWriteDegenerateRuns(t *testing.T) {
+	for name, pts := range map[string][]Point{
+		"zero distance": {{T: 0}, {T: 10, Live: 2}},
+		"one positive":  {{T: 0}, {T: 2, ConsensusDistance: 0.006, NodesScored: 1}},
+	} {
+		dir := t.TempDir()
+		if err := Write(dir, small(), &Result{Points: pts}, time.Second); err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		for _, f := range []string{ResultsFile, ReportFile, "accuracy.png", "consensus.png", "churn.png", "lost.png", "traffic.png"} {
+			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
 		}
 	}
 }

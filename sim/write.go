@@ -288,6 +288,12 @@ func writePlots(dir string, cfg Config, res *Result) error {
 		p.Title.Text = pl.title + "\n" + sub
 		p.X.Label.Text = "virtual time (s)"
 		p.Y.Label.Text = pl.ylabel
+		if pl.logY && !anyPositive(pl.lines) {
+			// A log axis has no room for a swarm whose models all agree
+			// (the distance is 0 throughout): plot it linear instead.
+			pl.logY = false
+			p.Y.Label.Text = strings.TrimSuffix(pl.ylabel, " (log scale)")
+		}
 		if pl.logY {
 			p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
 		}
@@ -317,9 +323,25 @@ func writePlots(dir string, cfg Config, res *Result) error {
 			p.Legend.Add(s.name, l)
 		}
 		p.Add(plotter.NewGrid())
+		if pl.logY && p.Y.Min >= p.Y.Max {
+			// One distinct value: the axis would pad it by ±1, below 0,
+			// which a log scale cannot draw.
+			p.Y.Min, p.Y.Max = p.Y.Min/2, p.Y.Max*2
+		}
 		if err := p.Save(9*vg.Inch, 5*vg.Inch, filepath.Join(dir, pl.file)); err != nil {
 			return fmt.Errorf("sim: plot %s: %w", pl.file, err)
 		}
 	}
 	return nil
+}
+
+func anyPositive(lines []series) bool {
+	for _, l := range lines {
+		for _, v := range l.y {
+			if v > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -48,8 +48,10 @@ func TestSimBadFlagsAreOneLineAndExitTwo(t *testing.T) {
 
 func TestSimWritesItsReport(t *testing.T) {
 	dir := t.TempDir()
-	code, out, errOut := run(t, "sim", "--nodes", "6", "--duration", "20s", "--step", "500ms", "--churn", "weibull:0.7,10s",
-		"--epochs", "1", "--eval-samples", "500", "--eval-nodes", "2", "--report-every", "10s", "--threads", "1", "--out", dir)
+	// The synthetic dataset: this checks the wiring, and decompressing
+	// MNIST would cost most of the test's time under -race.
+	code, out, errOut := run(t, "sim", "--dataset", "synthetic", "--nodes", "6", "--duration", "20s", "--step", "500ms", "--churn", "weibull:0.7,10s",
+		"--epochs", "100", "--eval-samples", "500", "--eval-nodes", "2", "--report-every", "10s", "--threads", "1", "--out", dir)
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
