@@ -50,6 +50,7 @@ func commands() map[string]command {
 		"version":     {"print the version", runVersion},
 		"testnet":     {"run a local swarm of nodes on 127.0.0.1 (up, down)", runTestnet},
 		"bench":       {"benchmark gossip against sync, local and the ideal on a local swarm", runBench},
+		"sim":         {"simulate a swarm of thousands of nodes with churn on virtual time (no network)", runSim},
 	}
 }
 
