@@ -822,7 +822,7 @@ func (s *simulation) residual() time.Duration {
 	switch c.Lifetime {
 	case LifetimeWeibull:
 		// Length-biased Weibull(k, scale): scale * G^(1/k), G ~ Gamma(1+1/k).
-		l = c.Scale * math.Pow(gamma(s.rng, 1+1/c.Shape), 1/c.Shape)
+		l = c.Scale * math.Pow(train.GammaSample(s.rng, 1+1/c.Shape), 1/c.Shape)
 	case LifetimePareto:
 		// Length-biased Pareto(a, scale) is Pareto(a-1, scale).
 		l = c.Scale * math.Pow(1-s.rng.Float64(), -1/(c.Shape-1))
@@ -830,24 +830,6 @@ func (s *simulation) residual() time.Duration {
 		return Open
 	}
 	return secondsToDuration(s.rng.Float64() * l)
-}
-
-// gamma draws from Gamma(shape, 1) for shape >= 1 (Marsaglia and Tsang).
-func gamma(r *rand.Rand, shape float64) float64 {
-	d := shape - 1.0/3
-	c := 1 / math.Sqrt(9*d)
-	for {
-		x := r.NormFloat64()
-		v := 1 + c*x
-		if v <= 0 {
-			continue
-		}
-		v = v * v * v
-		u := r.Float64()
-		if u < 1-0.0331*x*x*x*x || math.Log(u) < 0.5*x*x+d*(1-v+math.Log(v)) {
-			return d * v
-		}
-	}
 }
 
 // expDelay draws the wait to the next event of a Poisson process.

@@ -230,7 +230,7 @@ func ShardIndices(d *Dataset, s Shard, seed uint64, alpha float64) ([]int, error
 func dirichlet(r *rand.Rand, alpha float64, p []float64) {
 	sum := 0.0
 	for i := range p {
-		p[i] = gammaSample(r, alpha)
+		p[i] = GammaSample(r, alpha)
 		sum += p[i]
 	}
 	if sum == 0 {
@@ -245,11 +245,11 @@ func dirichlet(r *rand.Rand, alpha float64, p []float64) {
 	}
 }
 
-// gammaSample draws from Gamma(shape, 1) by Marsaglia and Tsang's method,
+// GammaSample draws from Gamma(shape, 1) by Marsaglia and Tsang's method,
 // boosting shapes below one with the U^(1/shape) trick.
-func gammaSample(r *rand.Rand, shape float64) float64 {
+func GammaSample(r *rand.Rand, shape float64) float64 {
 	if shape < 1 {
-		return gammaSample(r, shape+1) * math.Pow(r.Float64(), 1/shape)
+		return GammaSample(r, shape+1) * math.Pow(r.Float64(), 1/shape)
 	}
 	d := shape - 1.0/3
 	c := 1 / math.Sqrt(9*d)
