@@ -69,6 +69,7 @@ func gossipFrom(g gossip.Stats) GossipStats {
 		BytesSent: g.BytesSent, BytesReceived: g.BytesReceived, PullsServed: g.PullsServed,
 		ExchangesServed: g.ExchangesServed, PullsDone: g.PullsDone, ExchangesDone: g.ExchangesDone,
 		RefusedByPeer: g.RefusedByPeer, AnnouncesSent: g.AnnouncesSent, AnnouncesSeen: g.AnnouncesSeen,
+		PubsubBytesSent: g.PubsubBytesSent, PubsubBytesReceived: g.PubsubBytesReceived,
 	}
 	if g.Rejected != nil {
 		out.Rejected = make(map[string]uint64, len(g.Rejected))

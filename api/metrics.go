@@ -18,7 +18,7 @@ type collector struct {
 	log *slog.Logger
 
 	steps, samples, merges, catchUps, exchFailed, timeouts, inDropped                       *prometheus.Desc
-	rejected, bytesSent, bytesReceived, exchanges, refused, announces                       *prometheus.Desc
+	rejected, bytesSent, bytesReceived, exchanges, refused, announces, pubsubBytes          *prometheus.Desc
 	peers, loss, accuracy, samplesPerSec, busyFraction, busySeconds, networkWait            *prometheus.Desc
 	progress, epoch, uptime, ckptStep, ckptTime, mergeStaleness, mergeWeight                *prometheus.Desc
 	buildInfo, nodeInfo                                                                     *prometheus.Desc
@@ -57,6 +57,7 @@ func newCollector(src Source, log *slog.Logger) *collector {
 		exchanges:         d("exchanges_total", "Completed parameter transfers by kind (exchange or pull) and direction (outbound: this node asked; inbound: a peer asked).", "kind", "direction"),
 		refused:           d("refused_by_peer_total", "Requests of this node that a peer refused (busy, unavailable or rejected)."),
 		announces:         d("announcements_total", "Announcements published (sent) and accepted from peers (received).", "direction"),
+		pubsubBytes:       d("pubsub_bytes_total", "Bytes of pubsub RPCs (announcements as the mesh forwards them, gossipsub control messages) queued to peers (sent) and read from them (received); framing and encryption not counted.", "direction"),
 		peers:             d("peers", "Fresh peers training the same model in a merging mode."),
 		loss:              d("loss", "Training loss (moving average over recent steps)."),
 		accuracy:          d("test_accuracy", "Accuracy of the latest evaluated snapshot on the test set, as a ratio in [0,1]."),
@@ -85,7 +86,7 @@ func newCollector(src Source, log *slog.Logger) *collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.steps, c.samples, c.merges, c.catchUps, c.exchFailed, c.timeouts, c.inDropped,
-		c.rejected, c.bytesSent, c.bytesReceived, c.exchanges, c.refused, c.announces,
+		c.rejected, c.bytesSent, c.bytesReceived, c.exchanges, c.refused, c.announces, c.pubsubBytes,
 		c.peers, c.loss, c.accuracy, c.samplesPerSec, c.busyFraction, c.busySeconds, c.networkWait,
 		c.progress, c.epoch, c.uptime, c.ckptStep, c.ckptTime, c.mergeStaleness, c.mergeWeight,
 		c.buildInfo, c.nodeInfo,
@@ -165,6 +166,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.refused, float64(g.RefusedByPeer))
 	counter(c.announces, float64(g.AnnouncesSent), "sent")
 	counter(c.announces, float64(g.AnnouncesSeen), "received")
+	counter(c.pubsubBytes, float64(g.PubsubBytesSent), "sent")
+	counter(c.pubsubBytes, float64(g.PubsubBytesReceived), "received")
 
 	if tr := st.Trust; tr.Enabled {
 		for _, r := range []string{"ignored", "loss_jump", "non_finite", "outlier"} {

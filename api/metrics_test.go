@@ -91,6 +91,7 @@ func TestMetricsNamesTypesAndValues(t *testing.T) {
 		"process_cpu_seconds_total":              dto.MetricType_COUNTER,
 		"meshtrain_last_merge_staleness_steps":   dto.MetricType_GAUGE,
 		"meshtrain_announcements_total":          dto.MetricType_COUNTER,
+		"meshtrain_pubsub_bytes_total":           dto.MetricType_COUNTER,
 		"meshtrain_inbound_dropped_total":        dto.MetricType_COUNTER,
 		"meshtrain_refused_by_peer_total":        dto.MetricType_COUNTER,
 		"meshtrain_uptime_seconds":               dto.MetricType_GAUGE,

@@ -83,6 +83,11 @@ type GossipStats struct {
 	RefusedByPeer   uint64            `json:"refused_by_peer"`
 	AnnouncesSent   uint64            `json:"announces_sent"`
 	AnnouncesSeen   uint64            `json:"announces_seen"`
+	// PubsubBytesSent and PubsubBytesReceived count the pubsub RPC bytes
+	// (announcements as the mesh forwards them, and gossipsub's control
+	// messages) this node queued to and read from peers.
+	PubsubBytesSent     uint64 `json:"pubsub_bytes_sent"`
+	PubsubBytesReceived uint64 `json:"pubsub_bytes_received"`
 }
 
 // TrustStats are what a status says of the defences against hostile peers.

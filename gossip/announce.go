@@ -33,7 +33,9 @@ const MaxAnnounceSize = 4 << 10
 // Limits on announcement fields, so MaxAnnounceSize always has room.
 const (
 	maxAnnounceAddrs = 16
-	maxAddrLen       = 256
+	// maxIntervalMs bounds IntervalMs: an hour.
+	maxIntervalMs = 3600 * 1000
+	maxAddrLen    = 256
 )
 
 var modePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
@@ -60,6 +62,12 @@ type Announcement struct {
 	// AgeS is the age of the peer's model (params.Snapshot.Age) at TimeMs,
 	// in seconds: how long since it last took in a peer's model.
 	AgeS float64 `json:"age_s,omitempty"`
+	// IntervalMs is the sender's current wait between its announcements,
+	// in milliseconds (it grows with the swarm: see
+	// AnnounceConfig.TopicRate). A receiver keeps the sender fresh for
+	// three such intervals, and at least its own FreshWindow. 0, from
+	// peers that do not say: the receiver's FreshWindow alone.
+	IntervalMs int64 `json:"interval_ms,omitempty"`
 	// Addrs are listen multiaddrs, at most 16.
 	Addrs []string `json:"addrs"`
 	// Mode is the node's averaging mode ("gossip", "sync", "local"); any
@@ -95,6 +103,8 @@ func (a Announcement) Validate() error {
 		return fmt.Errorf("%w: samples %v, run samples %v", ErrMalformed, a.Samples, a.RunSamples)
 	case !finite(a.AgeS) || a.AgeS < 0:
 		return fmt.Errorf("%w: age %v s", ErrMalformed, a.AgeS)
+	case a.IntervalMs < 0 || a.IntervalMs > maxIntervalMs:
+		return fmt.Errorf("%w: interval %d ms", ErrMalformed, a.IntervalMs)
 	case len(a.Addrs) > maxAnnounceAddrs:
 		return fmt.Errorf("%w: %d addresses", ErrMalformed, len(a.Addrs))
 	case !modePattern.MatchString(a.Mode):
@@ -200,10 +210,13 @@ type PeerInfo struct {
 // admit) on its own goroutines concurrently with the reader loop
 // (observe) and with callers of Fresh.
 type peerTable struct {
-	fresh      time.Duration // a peer is fresh this long after its last announcement
-	rateWindow time.Duration
-	maxPerWin  int
-	maxPeers   int
+	// fresh: a peer is fresh this long after its last announcement, or
+	// three of the intervals it announced, whichever is longer, up to
+	// maxFresh.
+	fresh, maxFresh time.Duration
+	rateWindow      time.Duration
+	maxPerWin       int
+	maxPeers        int
 
 	mu    sync.Mutex
 	peers map[peer.ID]PeerInfo
@@ -215,9 +228,9 @@ type rateCount struct {
 	n     int
 }
 
-func newPeerTable(fresh, rateWindow time.Duration, maxPerWin, maxPeers int) *peerTable {
+func newPeerTable(fresh, maxFresh, rateWindow time.Duration, maxPerWin, maxPeers int) *peerTable {
 	return &peerTable{
-		fresh: fresh, rateWindow: rateWindow, maxPerWin: maxPerWin, maxPeers: maxPeers,
+		fresh: fresh, maxFresh: max(fresh, maxFresh), rateWindow: rateWindow, maxPerWin: maxPerWin, maxPeers: maxPeers,
 		peers: make(map[peer.ID]PeerInfo),
 		rate:  make(map[peer.ID]rateCount),
 	}
@@ -258,14 +271,32 @@ func (t *peerTable) observe(a Announcement, now time.Time) {
 	t.peers[a.Peer] = PeerInfo{Announcement: a, SeenAt: now}
 }
 
-// freshPeers returns copies of the peers seen within the fresh window,
+// freshFor is how long pi stays fresh after it was seen.
+func (t *peerTable) freshFor(pi PeerInfo) time.Duration {
+	return min(max(t.fresh, 3*time.Duration(pi.IntervalMs)*time.Millisecond), t.maxFresh)
+}
+
+// count is how many peers are fresh at now.
+func (t *peerTable) count(now time.Time) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, pi := range t.peers {
+		if now.Sub(pi.SeenAt) <= t.freshFor(pi) {
+			n++
+		}
+	}
+	return n
+}
+
+// freshPeers returns copies of the peers seen within their fresh window,
 // ordered by peer ID so callers see a stable order.
 func (t *peerTable) freshPeers(now time.Time) []PeerInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]PeerInfo, 0, len(t.peers))
 	for _, pi := range t.peers {
-		if now.Sub(pi.SeenAt) <= t.fresh {
+		if now.Sub(pi.SeenAt) <= t.freshFor(pi) {
 			pi.Addrs = slices.Clone(pi.Addrs)
 			out = append(out, pi)
 		}
@@ -288,7 +319,7 @@ func (t *peerTable) prune(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for p, pi := range t.peers {
-		if now.Sub(pi.SeenAt) > t.fresh {
+		if now.Sub(pi.SeenAt) > t.freshFor(pi) {
 			delete(t.peers, p)
 		}
 	}

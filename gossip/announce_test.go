@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,8 @@ func TestAnnouncementHostile(t *testing.T) {
 		{"negative loss", enc(func(a *Announcement) { a.Loss = -1 }), ReasonMalformed},
 		{"negative rate", enc(func(a *Announcement) { a.SamplesPerSec = -1 }), ReasonMalformed},
 		{"negative age", enc(func(a *Announcement) { a.AgeS = -1 }), ReasonMalformed},
+		{"negative interval", enc(func(a *Announcement) { a.IntervalMs = -1 }), ReasonMalformed},
+		{"interval over an hour", enc(func(a *Announcement) { a.IntervalMs = 3600*1000 + 1 }), ReasonMalformed},
 		{"bad address", enc(func(a *Announcement) { a.Addrs = []string{"/ip4/999.0.0.1/tcp/1"} }), ReasonMalformed},
 		{"too many addresses", enc(func(a *Announcement) { a.Addrs = manyAddrs }), ReasonMalformed},
 		{"empty mode", enc(func(a *Announcement) { a.Mode = "" }), ReasonMalformed},
@@ -156,7 +159,7 @@ func TestCheckAnnouncement(t *testing.T) {
 
 func TestPeerTableFloodAndFreshness(t *testing.T) {
 	const interval = time.Second
-	tab := newPeerTable(3*interval, interval, 3, 2)
+	tab := newPeerTable(3*interval, 3*interval, interval, 3, 2)
 	for i := range 3 {
 		if err := tab.admit(peerA, t0.Add(time.Duration(i)*time.Millisecond)); err != nil {
 			t.Fatalf("announcement %d refused: %v", i, err)
@@ -219,8 +222,10 @@ func TestAnnounceConfigValidate(t *testing.T) {
 	c.Network = "a/b"
 	c.Interval = 0
 	c.MaxPerInterval = 0
+	c.TopicRate = math.NaN()
+	c.MaxInterval = 2 * time.Hour
 	err := c.Validate()
-	for _, field := range []string{"Network", "Interval", "MaxPerInterval"} {
+	for _, field := range []string{"Network", "Interval", "MaxPerInterval", "TopicRate", "MaxInterval"} {
 		if !strings.Contains(fmt.Sprint(err), field) {
 			t.Errorf("Validate did not report %s: %v", field, err)
 		}
@@ -238,5 +243,78 @@ func TestAnnounceConfigValidate(t *testing.T) {
 	}
 	if got := AnnounceTopic("main"); got != "/meshtrain/main/announce/1" {
 		t.Errorf("topic %q", got)
+	}
+}
+
+// The interval stretches with the swarm so the topic carries TopicRate
+// announcements a second: at 10/s and a 1 s floor, nothing changes up to
+// 9 peers, 99 peers wait 10 s, and the cap holds for a huge swarm.
+func TestAnnounceIntervalGrowsWithSwarm(t *testing.T) {
+	c := DefaultAnnounceConfig()
+	c.Interval, c.MaxInterval = time.Second, 5*time.Minute
+	if got := announceInterval(c, 500); got != time.Second {
+		t.Fatalf("TopicRate 0: %v, want the fixed interval", got)
+	}
+	c.TopicRate = 10
+	for _, tc := range []struct {
+		peers int
+		want  time.Duration
+	}{{0, time.Second}, {9, time.Second}, {10, 1100 * time.Millisecond}, {99, 10 * time.Second}, {999, 100 * time.Second}, {1 << 20, 5 * time.Minute}} {
+		got := announceInterval(c, tc.peers)
+		if got != tc.want {
+			t.Errorf("%d peers: %v, want %v", tc.peers, got, tc.want)
+		}
+		// What the swarm's topic carries: (peers+1) nodes, each once per
+		// interval, stays at TopicRate until the cap.
+		if rate := float64(tc.peers+1) / got.Seconds(); tc.peers >= 9 && tc.want < c.MaxInterval && math.Abs(rate-c.TopicRate) > 1e-9 {
+			t.Errorf("%d peers: topic rate %v, want %v", tc.peers, rate, c.TopicRate)
+		}
+	}
+}
+
+// A peer that says it announces every 20 s stays fresh for 60 s, not the
+// table's 3 s; one that says nothing gets the table's window; a claim past
+// the cap gets the cap; prune keeps each peer for its own window.
+func TestPeerTableAnnouncedInterval(t *testing.T) {
+	const interval = time.Second
+	tab := newPeerTable(3*interval, 90*time.Second, interval, 3, 10)
+	slow := goodAnnouncement()
+	slow.IntervalMs = 20000
+	quiet := goodAnnouncement()
+	quiet.Peer = peerB
+	var peerC peer.ID = "not-a-real-peer-but-distinct"
+	greedy := goodAnnouncement()
+	greedy.Peer, greedy.IntervalMs = peerC, 3600*1000
+	for _, a := range []Announcement{slow, quiet, greedy} {
+		tab.observe(a, t0)
+	}
+	at := func(d time.Duration) []peer.ID {
+		var ids []peer.ID
+		for _, pi := range tab.freshPeers(t0.Add(d)) {
+			ids = append(ids, pi.Peer)
+		}
+		return ids
+	}
+	if got := at(3 * time.Second); len(got) != 3 {
+		t.Fatalf("at 3 s: %v, want all three", got)
+	}
+	if got := at(4 * time.Second); len(got) != 2 || slices.Contains(got, peerB) {
+		t.Fatalf("at 4 s: %v, want the two that announced an interval", got)
+	}
+	if got := at(60 * time.Second); len(got) != 2 {
+		t.Fatalf("at 60 s: %v, want the two", got)
+	}
+	if got := at(61 * time.Second); len(got) != 1 || got[0] != peerC {
+		t.Fatalf("at 61 s: %v, want only the capped one", got)
+	}
+	if n := tab.count(t0.Add(90 * time.Second)); n != 1 {
+		t.Fatalf("count at the cap: %d, want 1", n)
+	}
+	if n := tab.count(t0.Add(90*time.Second + time.Millisecond)); n != 0 {
+		t.Fatalf("count past the cap: %d, want 0", n)
+	}
+	tab.prune(t0.Add(61 * time.Second))
+	if len(tab.peers) != 1 {
+		t.Fatalf("prune at 61 s left %d peers, want 1", len(tab.peers))
 	}
 }

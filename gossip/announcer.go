@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"regexp"
 	"sync"
 	"time"
@@ -29,9 +31,21 @@ type AnnounceConfig struct {
 	// Fingerprint of the model this node trains. Required: announcements
 	// for any other fingerprint are ignored.
 	Fingerprint params.Fingerprint
-	// Interval between our announcements, and the window the flood limit
-	// counts in. Default 5s.
+	// Interval between our announcements (the shortest, when TopicRate
+	// stretches it), and the window the flood limit counts in. Default 5s.
 	Interval time.Duration
+	// TopicRate, if positive, is the announcements per second the whole
+	// topic should carry: knowing n fresh peers, we announce every
+	// max(Interval, (n+1)/TopicRate), up to MaxInterval, and say so in
+	// the announcement (IntervalMs) so receivers keep us fresh for three
+	// such intervals. Every node then receives about TopicRate
+	// announcements per second, plus the mesh's duplicates, however large
+	// the swarm. 0: announce every Interval.
+	TopicRate float64
+	// MaxInterval caps the interval TopicRate stretches ours to, and the
+	// fresh window an announced interval widens. 0 means 5 min; it is
+	// never below Interval. At most an hour.
+	MaxInterval time.Duration
 	// FreshWindow: a peer stays in Fresh this long after its latest
 	// announcement. 0 means 3*Interval, so one or two lost messages do not
 	// drop a live peer.
@@ -75,6 +89,7 @@ func DefaultAnnounceConfig() AnnounceConfig {
 		MaxSkew:        30 * time.Second,
 		MaxPerInterval: 3,
 		MaxPeers:       4096,
+		MaxInterval:    5 * time.Minute,
 	}
 }
 
@@ -87,6 +102,10 @@ func (c AnnounceConfig) withDerived() AnnounceConfig {
 	if c.MaxAge == 0 {
 		c.MaxAge = c.FreshWindow
 	}
+	if c.MaxInterval == 0 {
+		c.MaxInterval = 5 * time.Minute
+	}
+	c.MaxInterval = max(c.MaxInterval, c.Interval)
 	return c
 }
 
@@ -114,6 +133,12 @@ func (c AnnounceConfig) Validate() error {
 	}
 	if c.MaxSkew < 0 {
 		bad("MaxSkew %v negative", c.MaxSkew)
+	}
+	if !(c.TopicRate >= 0) || math.IsInf(c.TopicRate, 0) {
+		bad("TopicRate %v not a finite rate >= 0", c.TopicRate)
+	}
+	if c.MaxInterval < 0 || c.MaxInterval > maxIntervalMs*time.Millisecond {
+		bad("MaxInterval %v (or Interval %v) not within an hour", c.MaxInterval, c.Interval)
 	}
 	if c.MaxPerInterval < 1 {
 		bad("MaxPerInterval %d < 1", c.MaxPerInterval)
@@ -175,7 +200,7 @@ func NewAnnouncer(h host.Host, ps *pubsub.PubSub, cfg AnnounceConfig, local Loca
 	log := cfg.Logger.With("component", "gossip", "topic", name)
 	a := &Announcer{
 		h: h, ps: ps, cfg: cfg, local: local,
-		table:    newPeerTable(cfg.FreshWindow, cfg.Interval, cfg.MaxPerInterval, cfg.MaxPeers),
+		table:    newPeerTable(cfg.FreshWindow, 3*cfg.MaxInterval, cfg.Interval, cfg.MaxPerInterval, cfg.MaxPeers),
 		counters: cfg.Counters,
 		rj:       newRejecter(cfg.Counters, cfg.OnReject, log),
 		log:      log,
@@ -213,6 +238,21 @@ func (a *Announcer) Counters() *Counters { return a.counters }
 // candidates for partner choice.
 func (a *Announcer) Fresh() []PeerInfo { return a.table.freshPeers(a.now()) }
 
+// Interval is the wait between our announcements now: Interval, stretched
+// by TopicRate to (fresh peers + 1) / TopicRate, at most MaxInterval.
+func (a *Announcer) Interval() time.Duration {
+	return announceInterval(a.cfg, a.table.count(a.now()))
+}
+
+// announceInterval is the interval of cfg with peers fresh peers known.
+func announceInterval(cfg AnnounceConfig, peers int) time.Duration {
+	if cfg.TopicRate <= 0 {
+		return cfg.Interval
+	}
+	d := time.Duration(float64(peers+1) / cfg.TopicRate * float64(time.Second))
+	return min(max(cfg.Interval, d), cfg.MaxInterval)
+}
+
 // Publish announces once, now, in addition to the loop's schedule.
 func (a *Announcer) Publish(ctx context.Context) error {
 	if a.local == nil {
@@ -222,6 +262,7 @@ func (a *Announcer) Publish(ctx context.Context) error {
 	msg.Peer = a.h.ID()
 	msg.Fingerprint = a.cfg.Fingerprint
 	msg.TimeMs = a.now().UnixMilli()
+	msg.IntervalMs = a.Interval().Milliseconds()
 	if len(msg.Addrs) == 0 {
 		for _, addr := range a.h.Addrs() {
 			if len(msg.Addrs) == maxAnnounceAddrs {
@@ -304,10 +345,14 @@ func (a *Announcer) readLoop(ctx context.Context) {
 	}
 }
 
+// tickLoop publishes at once and then every Interval(), with jitter of
+// up to a tenth either way so a swarm's announcements spread out instead
+// of bunching, and prunes the table as often.
 func (a *Announcer) tickLoop(ctx context.Context) {
 	defer a.wg.Done()
-	t := time.NewTicker(a.cfg.Interval)
+	t := time.NewTimer(0)
 	defer t.Stop()
+	<-t.C
 	for {
 		if a.local != nil {
 			if err := a.Publish(ctx); err != nil && ctx.Err() == nil {
@@ -319,6 +364,11 @@ func (a *Announcer) tickLoop(ctx context.Context) {
 			}
 		}
 		a.table.prune(a.now())
+		d := a.Interval()
+		if d > a.cfg.Interval {
+			d = time.Duration(float64(d) * (0.9 + 0.2*rand.Float64()))
+		}
+		t.Reset(d)
 		select {
 		case <-ctx.Done():
 			return

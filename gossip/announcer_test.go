@@ -210,3 +210,85 @@ func TestAnnounceHostile(t *testing.T) {
 		t.Errorf("foreign hook heard %v, want the attacker once", foreigners)
 	}
 }
+
+// With TopicRate set, a mesh's announcers stretch their interval to
+// (peers + 1) / TopicRate once they know each other, and say so in what
+// they announce.
+func TestAnnounceTopicRate(t *testing.T) {
+	checkLeaks(t)
+	const n = 4
+	hosts := make([]host.Host, n)
+	anns := make([]*Announcer, n)
+	for i := range hosts {
+		hosts[i] = newHost(t, "tcp", testConfig(testN))
+		cfg := testAnnounceConfig()
+		cfg.TopicRate = 4 // 4 nodes: one announcement a second each
+		a, err := NewAnnouncer(hosts[i], newPubSub(t, hosts[i]), cfg, localStatus(int64(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		anns[i] = a
+		t.Cleanup(func() { _ = a.Close() })
+		if i > 0 {
+			connect(t, hosts[i-1], hosts[i])
+		}
+	}
+	for _, a := range anns {
+		eventually(t, "every host stretches its interval to 1 s", func() bool { return a.Interval() == time.Second })
+	}
+	for _, a := range anns {
+		eventually(t, "every peer says it announces every second", func() bool {
+			fresh := a.Fresh()
+			for _, pi := range fresh {
+				if pi.IntervalMs != 1000 {
+					return false
+				}
+			}
+			return len(fresh) == n-1
+		})
+	}
+}
+
+// A PubsubMeter passed to gossipsub counts what the announce topic costs:
+// every announcement the listener saw left the speaker's queue and
+// reached the listener in at least its own bytes.
+func TestPubsubMeter(t *testing.T) {
+	checkLeaks(t)
+	var counters [2]Counters
+	hosts := make([]host.Host, 2)
+	anns := make([]*Announcer, 2)
+	for i := range hosts {
+		hosts[i] = newHost(t, "tcp", testConfig(testN))
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		ps, err := pubsub.NewGossipSub(ctx, hosts[i], pubsub.WithRawTracer(NewPubsubMeter(&counters[i])))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := testAnnounceConfig()
+		cfg.Counters = &counters[i]
+		local := localStatus(7)
+		if i == 1 {
+			local = nil // listens only
+		}
+		a, err := NewAnnouncer(hosts[i], ps, cfg, local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		anns[i] = a
+		t.Cleanup(func() { _ = a.Close() })
+	}
+	connect(t, hosts[0], hosts[1])
+	eventually(t, "the listener sees three announcements", func() bool { return counters[1].Snapshot().AnnouncesSeen >= 3 })
+	b, err := EncodeAnnouncement(Announcement{Peer: hosts[0].ID(), Fingerprint: testFP, Mode: "gossip", TimeMs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listener, speaker := counters[1].Snapshot(), counters[0].Snapshot()
+	if min := listener.AnnouncesSeen * uint64(len(b)); listener.PubsubBytesReceived < min {
+		t.Errorf("listener received %d pubsub bytes for %d announcements of at least %d bytes", listener.PubsubBytesReceived, listener.AnnouncesSeen, len(b))
+	}
+	if min := listener.AnnouncesSeen * uint64(len(b)); speaker.PubsubBytesSent < min {
+		t.Errorf("speaker sent %d pubsub bytes, the listener saw %d announcements of at least %d bytes", speaker.PubsubBytesSent, listener.AnnouncesSeen, len(b))
+	}
+}

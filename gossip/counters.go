@@ -100,6 +100,8 @@ type Counters struct {
 	refusedByPeer   atomic.Uint64
 	announcesSent   atomic.Uint64
 	announcesSeen   atomic.Uint64
+	pubsubSent      atomic.Uint64
+	pubsubReceived  atomic.Uint64
 }
 
 // Stats is a point-in-time copy of Counters.
@@ -123,6 +125,11 @@ type Stats struct {
 	// accepted announcements from other peers.
 	AnnouncesSent uint64 `json:"announces_sent"`
 	AnnouncesSeen uint64 `json:"announces_seen"`
+	// PubsubBytesSent and PubsubBytesReceived count the bytes of every
+	// pubsub RPC queued to or read from a peer (see PubsubMeter): the
+	// announce topic's traffic with gossipsub's control messages.
+	PubsubBytesSent     uint64 `json:"pubsub_bytes_sent"`
+	PubsubBytesReceived uint64 `json:"pubsub_bytes_received"`
 }
 
 // Reject counts one refused input.
@@ -156,6 +163,8 @@ func (c *Counters) Snapshot() Stats {
 	s.RefusedByPeer = c.refusedByPeer.Load()
 	s.AnnouncesSent = c.announcesSent.Load()
 	s.AnnouncesSeen = c.announcesSeen.Load()
+	s.PubsubBytesSent = c.pubsubSent.Load()
+	s.PubsubBytesReceived = c.pubsubReceived.Load()
 	return s
 }
 

@@ -152,8 +152,15 @@ const (
 	// steps): of 12.5, 25 and 50 ms, the quickest to target; merging more
 	// often keeps the models closer together.
 	DefaultAvgInterval = 12500 * time.Microsecond
-	// DefaultAnnounceInterval is the wall time between announcements.
+	// DefaultAnnounceInterval is the wall time between announcements (the
+	// shortest: DefaultAnnounceRate stretches it in a large swarm).
 	DefaultAnnounceInterval = time.Second
+	// DefaultAnnounceRate is the announcements per second a swarm's
+	// announce topic carries (gossip.AnnounceConfig.TopicRate): up to 10
+	// nodes each announces every second; in a larger swarm each waits
+	// (peers + 1) / 10 s, so a node's announce traffic stays flat as the
+	// swarm grows instead of growing with it (docs/scale.md).
+	DefaultAnnounceRate = 10.0
 	// DefaultLR is the base learning rate of a node (batch 64). With the
 	// models kept close by frequent merges, 0.1 brought every node to 97%
 	// with fewer samples than 0.05 and as few as 0.15 (docs/benchmarks.md).
@@ -180,7 +187,7 @@ func DefaultConfig() Config {
 	// that stops hearing from us keeps trying us for that long, which is
 	// how a cut-off attacker goes on to earn its ban.
 	ac := gossip.DefaultAnnounceConfig()
-	ac.Interval = DefaultAnnounceInterval
+	ac.Interval, ac.TopicRate = DefaultAnnounceInterval, DefaultAnnounceRate
 	return Config{
 		Train:           tc,
 		Dataset:         train.DatasetMNIST,

@@ -40,8 +40,13 @@ const (
 	clockSlack = 2 * time.Second
 	// clockHorizon bounds the extrapolation of a peer's count from its
 	// announced rate after its latest announcement: a peer that stops
-	// announcing stops adding.
+	// announcing stops adding. A peer that announces less often than every
+	// clockHorizon/2 (a large swarm stretches the interval) is extrapolated
+	// for two of its intervals instead.
 	clockHorizon = 2 * time.Second
+	// clockMaxHorizon bounds the extrapolation whatever interval a peer
+	// announces.
+	clockMaxHorizon = 10 * time.Minute
 	// clockMaxRate bounds any rate read from an announcement, samples/s.
 	clockMaxRate = 1e9
 	// clockMaxPeers bounds the table. Peers beyond it are not counted one
@@ -58,12 +63,22 @@ type clockObservation struct {
 	Samples, Rate, Estimate float64
 	// Seen is when we received it (our clock).
 	Seen time.Time
+	// Interval is the peer's announced wait until its next announcement
+	// (0 if it did not say).
+	Interval time.Duration
 }
 
 type clockPeer struct {
 	samples float64
 	rate    float64
 	seen    time.Time
+	horizon time.Duration // how long after seen to extrapolate
+}
+
+// horizonOf is how long after an observation its peer's count is
+// extrapolated: clockHorizon, or two of the peer's announce intervals.
+func horizonOf(o clockObservation) time.Duration {
+	return min(max(clockHorizon, 2*o.Interval), clockMaxHorizon)
 }
 
 type runClock struct {
@@ -129,7 +144,7 @@ func (c *runClock) observe(now time.Time, ownRate float64, obs []clockObservatio
 		case known && !o.Seen.After(old.seen):
 			continue // nothing new
 		case known && o.Samples <= old.samples:
-			old.seen, old.rate = o.Seen, rate
+			old.seen, old.rate, old.horizon = o.Seen, rate, horizonOf(o)
 			c.peers[o.Peer] = old
 			continue
 		}
@@ -151,7 +166,7 @@ func (c *runClock) observe(now time.Time, ownRate float64, obs []clockObservatio
 		if !known && len(c.peers) >= clockMaxPeers {
 			continue
 		}
-		c.peers[o.Peer] = clockPeer{samples: samples, rate: rate, seen: o.Seen}
+		c.peers[o.Peer] = clockPeer{samples: samples, rate: rate, seen: o.Seen, horizon: horizonOf(o)}
 	}
 	if len(estimates) > 0 {
 		c.floor, c.floorAt, c.floorRate = merge.Median(estimates), now, swarmRate
@@ -176,11 +191,11 @@ func (c *runClock) value(now time.Time, own float64) float64 {
 	defer c.mu.Unlock()
 	sum := max(own, 0)
 	for _, p := range c.peers {
-		sum += p.samples + p.rate*extrapolation(now.Sub(p.seen))
+		sum += p.samples + p.rate*extrapolation(now.Sub(p.seen), p.horizon)
 	}
 	v := max(sum, c.base, c.last)
 	if !c.floorAt.IsZero() {
-		v = max(v, c.floor+c.floorRate*extrapolation(now.Sub(c.floorAt)))
+		v = max(v, c.floor+c.floorRate*extrapolation(now.Sub(c.floorAt), clockHorizon))
 	}
 	c.last = v
 	return v
@@ -201,8 +216,8 @@ func (c *runClock) clampedTotal() int64 {
 	return c.clamped
 }
 
-func extrapolation(d time.Duration) float64 {
-	return min(max(d, 0), clockHorizon).Seconds()
+func extrapolation(d, horizon time.Duration) float64 {
+	return min(max(d, 0), horizon).Seconds()
 }
 
 func valid(x float64) bool { return x >= 0 && !math.IsInf(x, 0) }

@@ -173,6 +173,18 @@ func TestRunClockExtrapolation(t *testing.T) {
 		// At +10s both have stopped adding.
 		wantClock(t, "value at +10s", c.value(at(10), 0), 100+20+200+20)
 	})
+
+	t.Run("for two of a peer's announced intervals", func(t *testing.T) {
+		// A large swarm stretches a's interval to 10 s: its count is
+		// extrapolated for 20 s, not the 2 s of a peer announcing every
+		// second (b says 0.5 s: the 2 s floor holds) nor past the cap.
+		c := newRunClock(0)
+		a, b, z := ob("a", 100, 10, noEst, t0), ob("b", 200, 10, noEst, t0), ob("z", 300, 1, noEst, t0)
+		a.Interval, b.Interval, z.Interval = 10*time.Second, 500*time.Millisecond, time.Hour
+		c.observe(t0, 0, []clockObservation{a, b, z})
+		wantClock(t, "value at +15s", c.value(at(15), 0), 100+150+200+20+300+15)
+		wantClock(t, "value at +1h", c.value(t0.Add(time.Hour), 0), 100+200+200+20+300+clockMaxHorizon.Seconds())
+	})
 }
 
 func TestRunClockRepeatedObservation(t *testing.T) {

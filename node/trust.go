@@ -363,16 +363,18 @@ func (n *Node) Reputation() []reputation.PeerScore {
 	return n.trust.book.Peers(time.Now())
 }
 
-// pubsubOptions hand the reputation to gossipsub as its application score,
-// so a peer we ban is also graylisted on the announce topic. Only the
-// application score counts: every peer of a testnet shares 127.0.0.1, so
-// the IP colocation penalty is off.
+// pubsubOptions count pubsub's bytes into the node's counters and hand
+// the reputation to gossipsub as its application score, so a peer we ban
+// is also graylisted on the announce topic. Only the application score
+// counts: every peer of a testnet shares 127.0.0.1, so the IP colocation
+// penalty is off.
 func (n *Node) pubsubOptions() []pubsub.Option {
+	meter := pubsub.WithRawTracer(gossip.NewPubsubMeter(&n.counters))
 	if n.trust == nil {
-		return nil
+		return []pubsub.Option{meter}
 	}
 	book := n.trust.book
-	return []pubsub.Option{pubsub.WithPeerScore(
+	return []pubsub.Option{meter, pubsub.WithPeerScore(
 		&pubsub.PeerScoreParams{
 			AppSpecificScore:  func(p peer.ID) float64 { return book.AppScore(p.String(), time.Now()) },
 			AppSpecificWeight: 1,

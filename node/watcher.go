@@ -51,7 +51,7 @@ func (n *Node) observeClock(now time.Time) {
 			continue
 		}
 		obs = append(obs, clockObservation{Peer: p.Peer, Samples: p.Samples, Rate: p.SamplesPerSec,
-			Estimate: p.RunSamples, Seen: p.SeenAt})
+			Estimate: p.RunSamples, Seen: p.SeenAt, Interval: time.Duration(p.IntervalMs) * time.Millisecond})
 	}
 	n.clock.observe(now, n.trainer.Stats().SamplesPerSec, obs)
 	n.scaleLR(obs)

@@ -39,6 +39,8 @@ func TestBadFlagsAreOneLineAndExitTwo(t *testing.T) {
 		{"node", "--trainer", "torch"},
 		{"node", "--staleness-lag", "time"},
 		{"node", "--lr-scaling", "fast"},
+		{"node", "--announce-rate", "-1"},
+		{"node", "--announce-rate", "NaN"},
 		{"node", "--trainer-listen", "unix:/tmp/x.sock"},
 		{"node", "--trainer", "external", "--mode", "sync"},
 		{"node", "--trainer", "external", "--no-data-dir"},

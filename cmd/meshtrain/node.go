@@ -71,7 +71,9 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	maxUpload := fs.Int("max-upload", d.MaxUpload, "cap on bytes/s sent to peers (0: no cap)")
 	wire := fs.String("wire-dtype", d.Exchange.SendDType.String(), "precision of models sent: fp32 or fp16")
 	evalEvery := fs.Duration("eval-every", d.EvalEvery, "wall time between test-set evaluations (0: only at epoch ends)")
-	announce := fs.Duration("announce-interval", d.Announce.Interval, "wall time between announcements")
+	announce := fs.Duration("announce-interval", d.Announce.Interval, "wall time between announcements (the shortest: --announce-rate stretches it in a large swarm)")
+	announceRate := fs.Float64("announce-rate", d.Announce.TopicRate,
+		"announcements per second the whole swarm aims at: each node waits max(--announce-interval, (peers+1)/rate) between its own (0: always --announce-interval)")
 	apiAddr := fs.String("api", api.DefaultAddr, "serve the REST API, /metrics and the dashboard on this host:port (empty: off)")
 	var snaps node.SnapshotConfig
 	fs.StringVar(&snaps.Dir, "snapshot-dir", "", "write the model and counters here every --snapshot-every, to score after the run (benchmarks)")
@@ -185,7 +187,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	cfg.SyncTimeout = *syncTimeout
 	cfg.InnerSteps, cfg.InnerScaling, cfg.OuterLR, cfg.OuterMomentum = *innerSteps, *innerScaling, *outerLR, *outerMomentum
 	cfg.EvalEvery = *evalEvery
-	cfg.Announce.Interval = *announce
+	cfg.Announce.Interval, cfg.Announce.TopicRate = *announce, *announceRate
 	if cfg.Announce.FreshWindow < 3**announce {
 		// A longer interval widens the fresh window and the age limit to
 		// three intervals; a shorter one leaves them.

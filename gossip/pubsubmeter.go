@@ -1,0 +1,56 @@
+package gossip
+
+import (
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"google.golang.org/protobuf/proto"
+)
+
+// PubsubMeter is a pubsub.RawTracer that counts the bytes of the pubsub
+// RPCs a node sends and receives into Counters (PubsubBytesSent and
+// PubsubBytesReceived): announcements, their forwarding by the mesh, and
+// gossipsub's control messages (IHAVE, IWANT, GRAFT, PRUNE) and
+// subscriptions. A byte is the RPC's protobuf size; the length prefix and
+// the transport's framing and encryption are not counted. Sent bytes are
+// counted when an RPC is queued for a peer; one pubsub drops instead (the
+// peer's queue full) is not, nor the hello (our subscriptions) pubsub
+// writes to a peer when it connects.
+//
+// Pass it to pubsub.NewGossipSub with pubsub.WithRawTracer. pubsub calls
+// it from its own goroutines; it only adds to atomic counters.
+type PubsubMeter struct{ c *Counters }
+
+// NewPubsubMeter returns a meter counting into c.
+func NewPubsubMeter(c *Counters) *PubsubMeter { return &PubsubMeter{c: c} }
+
+var _ pubsub.RawTracer = (*PubsubMeter)(nil)
+
+// RecvRPC counts an RPC read from a peer.
+func (m *PubsubMeter) RecvRPC(rpc *pubsub.RPC) {
+	m.c.pubsubReceived.Add(uint64(proto.Size(&rpc.RPC)))
+}
+
+// SendRPC counts an RPC queued for a peer.
+func (m *PubsubMeter) SendRPC(rpc *pubsub.RPC, _ peer.ID) {
+	m.c.pubsubSent.Add(uint64(proto.Size(&rpc.RPC)))
+}
+
+// The rest of pubsub.RawTracer: nothing to count.
+
+func (*PubsubMeter) OnNewOutboundStream(peer.ID, protocol.ID)             {}
+func (*PubsubMeter) OnClosedOutboundStream(peer.ID)                       {}
+func (*PubsubMeter) Join(string)                                          {}
+func (*PubsubMeter) Leave(string)                                         {}
+func (*PubsubMeter) Graft(peer.ID, string)                                {}
+func (*PubsubMeter) Prune(peer.ID, string)                                {}
+func (*PubsubMeter) ValidateMessage(*pubsub.Message)                      {}
+func (*PubsubMeter) DeliverMessage(*pubsub.Message)                       {}
+func (*PubsubMeter) RejectMessage(*pubsub.Message, string)                {}
+func (*PubsubMeter) DuplicateMessage(*pubsub.Message)                     {}
+func (*PubsubMeter) ThrottlePeer(peer.ID)                                 {}
+func (*PubsubMeter) SendRPCCompleted(*pubsub.RPC, peer.ID, time.Duration) {}
+func (*PubsubMeter) UndeliverableMessage(*pubsub.Message)                 {}
+func (*PubsubMeter) DropRPC(*pubsub.RPC, peer.ID)                         {}
