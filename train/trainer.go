@@ -223,7 +223,7 @@ func (t *Trainer) gather(pos int) int {
 	b := min(t.cfg.Batch, len(t.perm)-pos)
 	dim := t.data.Dim
 	for r, i := range t.perm[pos : pos+b] {
-		copy(t.xb[r*dim:(r+1)*dim], t.data.X[i*dim:(i+1)*dim])
+		t.data.RowTo(t.xb[r*dim:(r+1)*dim], i)
 		t.yb[r] = t.data.Y[i]
 	}
 	return b
