@@ -5,8 +5,10 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
+	"weak"
 )
 
 // floatTwin is the float dataset that FromIDX used to build from the same
@@ -174,6 +176,64 @@ func TestByteDatasetTrainerMatchesFloat(t *testing.T) {
 			t.Fatalf("shard %s: %d steps stayed in the first epoch", c.shard, c.steps)
 		}
 	}
+}
+
+// A trainer on a shard steps as a trainer on a dataset of that shard's
+// samples alone (same seeds, same order), and does not keep the rest of
+// the data alive, so a node that trains on 1/100 of MNIST can drop the
+// other 99.
+func TestShardTrainerHoldsOnlyItsShard(t *testing.T) {
+	for _, alpha := range []float64{0, 0.5} {
+		bd, _ := mnistPair(t)
+		full, err := bd.Subset(firstN(4000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.Model, cfg.Batch, cfg.Epochs, cfg.Schedule = "softmax", 32, 0, "const"
+		cfg.Shard, cfg.Alpha, cfg.Seed, cfg.OrderSeed = "1/10", alpha, 2, 3
+		idx, err := ShardIndices(full, Shard{1, 10}, cfg.Seed, cfg.Alpha)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone, err := full.Subset(idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := newTestTrainer(t, cfg, full)
+		all := cfg
+		all.Shard, all.Alpha = "all", 0
+		b := newTestTrainer(t, all, alone)
+		ctx := context.Background()
+		for i := range 40 {
+			sa, _ := a.Step(ctx)
+			sb, _ := b.Step(ctx)
+			if math.Float64bits(sa.Loss) != math.Float64bits(sb.Loss) {
+				t.Fatalf("alpha %v step %d: loss %v on the shard, %v on its samples alone", alpha, i, sa.Loss, sb.Loss)
+			}
+		}
+		if !sameBits(a.State().Params, b.State().Params) {
+			t.Fatalf("alpha %v: the shard's and its samples' trainers differ", alpha)
+		}
+
+		gone := weak.Make(full)
+		full = nil
+		for range 5 {
+			runtime.GC()
+		}
+		if gone.Value() != nil {
+			t.Fatalf("alpha %v: the trainer of shard %s keeps the whole dataset alive", alpha, cfg.Shard)
+		}
+		runtime.KeepAlive(a)
+	}
+}
+
+func firstN(n int) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
 }
 
 // NewByteDataset checks the byte form as NewDataset checks the float one,
