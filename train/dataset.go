@@ -195,12 +195,16 @@ func LoadMNIST(dir string) (trainSet, testSet *Dataset, err error) {
 // loadMNISTPair reads one images file and one labels file of n samples.
 func loadMNISTPair(dir, imagesBase, labelsBase string, n int) (*Dataset, error) {
 	var arr [2]*IDX
-	for i, base := range []string{imagesBase, labelsBase} {
-		f, where, err := openMNIST(dir, base)
+	files := []struct {
+		base string
+		size int64 // of a good file's data
+	}{{imagesBase, int64(n) * MNISTDim}, {labelsBase, int64(n)}}
+	for i, file := range files {
+		f, where, err := openMNIST(dir, file.base)
 		if err != nil {
 			return nil, fmt.Errorf("train: open MNIST %s: %w", where, err)
 		}
-		arr[i], err = ReadIDX(f, 0)
+		arr[i], err = readIDX(f, 0, file.size)
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("read MNIST %s: %w", where, err)
