@@ -83,6 +83,22 @@ func TestByteDatasetRowsMatchFloat(t *testing.T) {
 	}
 }
 
+// Floats makes the float twin of a byte dataset, and leaves a float one be.
+func TestByteDatasetFloats(t *testing.T) {
+	bd, fd := mnistPair(t)
+	f := bd.Floats()
+	if f.Pix != nil || !sameBits(f.X, fd.X) || string(f.Y) != string(fd.Y) || f.N != fd.N || f.Dim != fd.Dim ||
+		f.Classes != fd.Classes || f.Name != fd.Name {
+		t.Fatal("the float copy differs from the float twin")
+	}
+	if bd.X != nil || len(bd.Pix) != bd.N*bd.Dim {
+		t.Fatal("Floats changed the byte dataset")
+	}
+	if fd.Floats() != fd {
+		t.Fatal("Floats copied a float dataset")
+	}
+}
+
 // Subset keeps a byte dataset in bytes, with the rows and labels the float
 // twin's Subset picks.
 func TestByteDatasetSubsetMatchesFloat(t *testing.T) {
