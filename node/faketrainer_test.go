@@ -71,10 +71,9 @@ func (f *fakeTrainer) Step(ctx context.Context) (node.StepResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b := min(f.batch, f.data.N-f.pos)
-	dim := f.data.Dim
-	copy(f.xb[:b*dim], f.data.X[f.pos*dim:(f.pos+b)*dim])
+	x := f.data.RowsTo(f.xb, f.pos, f.pos+b)
 	copy(f.yb[:b], f.data.Y[f.pos:f.pos+b])
-	loss, err := f.model.Grad(f.ws, f.w, f.xb[:b*dim], f.yb[:b], f.grad)
+	loss, err := f.model.Grad(f.ws, f.w, x, f.yb[:b], f.grad)
 	if err != nil {
 		return node.StepResult{}, err
 	}

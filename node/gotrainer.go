@@ -55,6 +55,8 @@ func newGoTrainer(cfg Config, holdout int, log *slog.Logger) (*goTrainer, float6
 		if g.holdout, err = trainSet.Subset(idx[:min(holdout, len(idx))]); err != nil {
 			return nil, 0, err
 		}
+		// The merge checks score it again and again: scale it once.
+		g.holdout = g.holdout.Floats()
 	}
 	return g, total, nil
 }

@@ -66,3 +66,28 @@ func TestShardAutoBadCount(t *testing.T) {
 		t.Errorf("auto:5: %v", err)
 	}
 }
+
+// A node on a shard of MNIST trains on that shard's bytes and keeps its
+// holdout, scored at every checked merge, as floats scaled once.
+func TestGoTrainerMNISTShard(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Train.Model = "softmax"
+	cfg.Train.Shard = "3/100"
+	g, _, err := newGoTrainer(cfg, 256, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := g.t.ShardSize(); n != train.MNISTTrainSize/100 || g.info.TrainSamples != train.MNISTTrainSize {
+		t.Fatalf("a shard of %d samples of %d", n, g.info.TrainSamples)
+	}
+	if g.holdout.N != 256 || g.holdout.X == nil || g.holdout.Pix != nil || g.test.Pix == nil {
+		t.Fatalf("holdout of %d samples, floats %v; test set in bytes %v", g.holdout.N, g.holdout.X != nil, g.test.Pix != nil)
+	}
+	w := g.t.Snapshot().Params
+	if l, ok, err := g.HoldoutLoss(w); !ok || err != nil || !(l > 2 && l < 2.6) {
+		t.Fatalf("holdout loss of the initial model %v, %v, %v (want near ln 10)", l, ok, err)
+	}
+	if _, err := g.Test(w); err != nil {
+		t.Fatal(err)
+	}
+}

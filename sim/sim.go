@@ -482,7 +482,7 @@ func (s *simulation) step(n *node) error {
 	d := s.trainSet
 	b := min(s.cfg.Batch, len(n.perm)-n.at)
 	for r, i := range n.perm[n.at : n.at+b] {
-		copy(s.xb[r*d.Dim:(r+1)*d.Dim], d.Row(int(i)))
+		d.RowTo(s.xb[r*d.Dim:(r+1)*d.Dim], int(i))
 		s.yb[r] = d.Y[i]
 	}
 	loss, err := s.model.Grad(s.ws, n.w, s.xb[:b*d.Dim], s.yb[:b], s.grad)

@@ -374,3 +374,48 @@ func TestSimWriteDegenerateRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestSimByteDataMatchesFloat: the simulation reads MNIST as bytes and
+// scales the rows it gathers; a run on the bytes and one on floats scaled
+// ahead (float32(b) / 255, as MNIST was once loaded) end bit for bit alike.
+func TestSimByteDataMatchesFloat(t *testing.T) {
+	d, err := mnist()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := make([]int, 6000)
+	for i := range idx {
+		idx[i] = i
+	}
+	trainSet, err := d[0].Subset(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twin := func(b *train.Dataset) *train.Dataset {
+		if b.X != nil {
+			t.Fatalf("%s is not a byte dataset", b.Name)
+		}
+		x := make([]float32, len(b.Pix))
+		for i, p := range b.Pix {
+			x[i] = float32(p) / 255
+		}
+		f, err := train.NewDataset(b.Name, x, b.Y, b.Dim, b.Classes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	c := small()
+	c.Duration = 10 * time.Second
+	got, err := RunOn(t.Context(), c, trainSet, d[1], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := RunOn(t.Context(), c, twin(trainSet), twin(d[1]), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Steps == 0 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("bytes and floats gave different runs:\n%+v\n%+v", got.Final(), want.Final())
+	}
+}

@@ -56,9 +56,16 @@ func TestEmbeddedMNISTTestSet(t *testing.T) {
 	if d.N != MNISTTestSize || d.Dim != MNISTDim || d.Classes != MNISTClasses || d.Name != "mnist" {
 		t.Fatalf("N %d Dim %d Classes %d Name %q", d.N, d.Dim, d.Classes, d.Name)
 	}
+	if d.X != nil || len(d.Pix) != d.N*d.Dim {
+		t.Fatalf("%d float and %d byte features, want only bytes", len(d.X), len(d.Pix))
+	}
 	var lo, hi float32 = 1, 0
-	for _, v := range d.X {
-		lo, hi = min(lo, v), max(hi, v)
+	row := make([]float32, d.Dim)
+	for i := range d.N {
+		d.RowTo(row, i)
+		for _, v := range row {
+			lo, hi = min(lo, v), max(hi, v)
+		}
 	}
 	if lo != 0 || hi != 1 {
 		t.Fatalf("pixels span [%v,%v], want [0,1]", lo, hi)
@@ -146,7 +153,7 @@ func TestLoadMNISTDirMatchesEmbedded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fromDir.N != MNISTTestSize || !bytes.Equal(fromDir.Y, embedded.Y) || fromDir.X[4321] != embedded.X[4321] {
+	if fromDir.N != MNISTTestSize || !bytes.Equal(fromDir.Y, embedded.Y) || !bytes.Equal(fromDir.Pix, embedded.Pix) {
 		t.Fatal("directory and embedded data differ")
 	}
 	if _, err := loadMNISTPair(dir, mnistTestImages, mnistTestLabels, MNISTTrainSize); !errors.Is(err, ErrBadDataset) {
@@ -184,8 +191,14 @@ func TestSynthetic(t *testing.T) {
 func TestSubset(t *testing.T) {
 	d, _ := Synthetic(DefaultSynthetic())
 	s, err := d.Subset([]int{5, 7})
-	if err != nil || s.N != 2 || s.Y[1] != d.Y[7] || s.Row(0)[3] != d.Row(5)[3] {
-		t.Fatalf("subset %+v %v", s, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := make([]float32, d.Dim), make([]float32, d.Dim)
+	s.RowTo(got, 0)
+	d.RowTo(want, 5)
+	if s.N != 2 || s.Y[1] != d.Y[7] || got[3] != want[3] {
+		t.Fatalf("subset %+v", s)
 	}
 	if _, err := d.Subset([]int{d.N}); !errors.Is(err, ErrBadDataset) {
 		t.Fatalf("out of range: %v", err)

@@ -6,6 +6,10 @@
 // evaluation, and the built-in Trainer with its heterogeneity emulation
 // (Slowdown).
 //
+// MNIST stays in memory as the bytes of its files (Dataset.Pix, a quarter
+// of the floats' size); rows become float32 features only as a batch or an
+// evaluation chunk gathers them, with the same bits as floats scaled ahead.
+//
 // The math (Model, SGD, Schedule, shards, Evaluate) is plain functions on
 // slices with no goroutines or clock. The Trainer adds the state a node
 // needs: one goroutine steps it, others snapshot it, merge into it between

@@ -41,13 +41,17 @@ func Evaluate(m *Model, w []float32, d *Dataset, batch, threads int) (EvalResult
 	var next atomic.Int64
 	work := func(t int) {
 		ws := m.NewWorkspace(min(batch, d.N))
+		var xb []float32 // a byte dataset's chunk, scaled
+		if d.X == nil {
+			xb = make([]float32, min(batch, d.N)*d.Dim)
+		}
 		for {
 			c := int(next.Add(1) - 1)
 			if c >= chunks {
 				return
 			}
 			lo, hi := c*batch, min((c+1)*batch, d.N)
-			l, k, err := m.Loss(ws, w, d.X[lo*d.Dim:hi*d.Dim], d.Y[lo:hi])
+			l, k, err := m.Loss(ws, w, d.RowsTo(xb, lo, hi), d.Y[lo:hi])
 			if err != nil {
 				errs[t] = err
 				return

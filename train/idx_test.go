@@ -118,6 +118,38 @@ func TestReadIDXAllocatesWhatItReads(t *testing.T) {
 	}
 }
 
+// A file of the size its reader expects is read into one buffer of that
+// size; a header claiming any other size still gets a buffer that grows
+// with the bytes read.
+func TestReadIDXExpectedSize(t *testing.T) {
+	const size = 8 << 20
+	good := idxBytes(t, []int{size / 16, 16}, make([]byte, size))
+	alloc := func(in []byte, expect int64) (uint64, error) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := readIDX(bytes.NewReader(in), 0, expect)
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc, err
+	}
+	grown, err := alloc(good, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	once, err := alloc(good, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if once >= size+size/8 || grown < once+size/2 {
+		t.Fatalf("%d bytes allocated for %d bytes of data expected, %d when not", once, size, grown)
+	}
+	hostile := binary.BigEndian.AppendUint32([]byte{0, 0, 8, 1}, 100<<20)
+	hostile = append(hostile, make([]byte, 10)...)
+	got, err := alloc(hostile, size)
+	if !errors.Is(err, ErrBadIDX) || got > 8<<20 {
+		t.Fatalf("a 14-byte input claiming 100 MB, 8 MB expected: %d bytes allocated, %v", got, err)
+	}
+}
+
 func TestReadIDXCapArgument(t *testing.T) {
 	in := idxBytes(t, []int{10, 10}, make([]byte, 100))
 	if _, err := ReadIDX(bytes.NewReader(in), 99); !errors.Is(err, ErrBadIDX) {

@@ -33,9 +33,9 @@ var ErrDiverged = errors.New("train: loss is not finite (learning rate too high?
 type Trainer struct {
 	cfg   Config
 	model *Model
-	data  *Dataset
 	shard Shard
-	idx   []int // the shard's sample indices, sorted
+	data  *Dataset // the shard's samples alone, or the whole set on "all"
+	idx   []int    // the samples of data to train on: 0 to N-1
 	sched Schedule
 	opt   SGD
 	fp    params.Fingerprint
@@ -106,8 +106,9 @@ type Stats struct {
 
 // New builds a trainer on the training set data: it validates cfg, picks the
 // shard, initializes the parameters from cfg.Seed and, when Slowdown > 1 and
-// BaseStep is 0, calibrates the base step time. data must stay unmodified
-// while the trainer lives.
+// BaseStep is 0, calibrates the base step time. On a shard other than "all"
+// it copies the shard's samples and keeps no reference to data; on "all"
+// data must stay unmodified while the trainer lives.
 func New(cfg Config, data *Dataset) (*Trainer, error) {
 	return newTrainer(cfg, data, newRealClock())
 }
@@ -127,6 +128,18 @@ func newTrainer(cfg Config, data *Dataset, clk clock) (*Trainer, error) {
 	idx, err := ShardIndices(data, shard, cfg.Seed, cfg.Alpha)
 	if err != nil {
 		return nil, err
+	}
+	if len(idx) < data.N {
+		// Keep a copy of the shard alone, so that the caller may drop the
+		// rest: a node training on 1/100 of MNIST holds 1/100 of it. The
+		// shuffle below works on positions in idx, so the order of the
+		// samples does not change.
+		if data, err = data.Subset(idx); err != nil {
+			return nil, err
+		}
+		for i := range idx {
+			idx[i] = i
+		}
 	}
 	sched, _ := ParseSchedule(cfg.Schedule)
 	total := float64(cfg.Epochs) * float64(len(idx))
@@ -223,7 +236,7 @@ func (t *Trainer) gather(pos int) int {
 	b := min(t.cfg.Batch, len(t.perm)-pos)
 	dim := t.data.Dim
 	for r, i := range t.perm[pos : pos+b] {
-		copy(t.xb[r*dim:(r+1)*dim], t.data.X[i*dim:(i+1)*dim])
+		t.data.RowTo(t.xb[r*dim:(r+1)*dim], i)
 		t.yb[r] = t.data.Y[i]
 	}
 	return b

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/meshtrain/meshtrain/node"
@@ -148,6 +149,11 @@ func runNode(ctx context.Context, e *env, f *runFlags, cfg node.Config, before f
 	if err != nil {
 		return failure(e, err)
 	}
+	// Loading the data left its decompression buffers and, on a shard, the
+	// rest of the training set as garbage: hand those pages back now, not
+	// over the scavenger's next seconds to minutes, so that many nodes on
+	// one machine each keep little more than their live heap.
+	debug.FreeOSMemory()
 	if before != nil {
 		before(n)
 	}
