@@ -1,0 +1,191 @@
+package testnet
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseShare(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want float64
+		bad  bool
+	}{
+		{"0.2", 0.2, false}, {"20%", 0.2, false}, {" 20 % ", 0.2, false}, {"0", 0, false}, {"150%", 1.5, false},
+		{"-5%", -0.05, false}, // a number: ChurnConfig.Validate judges the range
+		{"", 0, true}, {"%", 0, true}, {"x", 0, true}, {"20%%", 0, true}, {"NaN", 0, true}, {"inf", 0, true},
+	} {
+		got, err := ParseShare(c.in)
+		if (err != nil) != c.bad || (!c.bad && math.Abs(got-c.want) > 1e-12) {
+			t.Errorf("ParseShare(%q) = %v, %v; want %v (error: %v)", c.in, got, err, c.want, c.bad)
+		}
+	}
+}
+
+func TestChurnConfigValidate(t *testing.T) {
+	good := []ChurnConfig{{}, {Rate: 0.2, NeverReturn: 0.3}, {Rate: MaxChurnRate, NeverReturn: 1, Grace: time.Second}}
+	for _, c := range good {
+		if err := c.Validate(); err != nil {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+	// Every bad field is named at once.
+	err := ChurnConfig{Rate: -0.1, NeverReturn: 1.5, Grace: -time.Second}.Validate()
+	for _, want := range []string{"churn rate -0.1", "never-return share 1.5", "churn grace -1s"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %q", err, want)
+		}
+	}
+	if err := (ChurnConfig{Rate: math.NaN()}).Validate(); err == nil {
+		t.Error("a NaN rate passed")
+	}
+	if err := (ChurnConfig{Rate: MaxChurnRate + 1}).Validate(); err == nil {
+		t.Error("a rate above the cap passed")
+	}
+}
+
+// The mean gap is a minute over Rate x live nodes: the share per minute.
+func TestChurnPlanRate(t *testing.T) {
+	for _, c := range []struct {
+		rate float64
+		live int
+	}{{0.2, 30}, {0.2, 100}, {1, 4}, {MaxChurnRate, 256}} {
+		p := newChurnPlan(ChurnConfig{Rate: c.rate, Seed: 7}, c.live)
+		const n = 20000
+		var sum time.Duration
+		for range n {
+			g := p.gap(c.live)
+			if g < 0 {
+				t.Fatalf("negative gap %v", g)
+			}
+			sum += g
+		}
+		want := time.Minute.Seconds() / (c.rate * float64(c.live))
+		if got := (sum / n).Seconds(); math.Abs(got/want-1) > 0.03 {
+			t.Errorf("rate %v, %d live: mean gap %.3f s, want %.3f s", c.rate, c.live, got, want)
+		}
+	}
+	if g := newChurnPlan(ChurnConfig{}, 4).gap(4); g != time.Minute {
+		t.Errorf("no churn: gap %v, want a minute", g)
+	}
+}
+
+// simulate runs a plan over events, bringing every returning leaver back to
+// the pool at once, and checks the invariants of every event.
+func simulate(t *testing.T, cfg ChurnConfig, nodes, events int) []churnEvent {
+	t.Helper()
+	p := newChurnPlan(cfg, nodes)
+	live := make([]int, nodes)
+	for i := range live {
+		live[i] = i
+	}
+	seen := map[int]bool{}
+	for _, i := range live {
+		seen[i] = true
+	}
+	next := nodes
+	var out []churnEvent
+	for range events {
+		pool := slices.Clone(p.pool)
+		ev, ok := p.event(live)
+		if !ok {
+			t.Fatalf("no event with %d live", len(live))
+		}
+		if !slices.Contains(live, ev.Leave) {
+			t.Fatalf("%+v: the leaver is not live (%v)", ev, live)
+		}
+		if slices.Contains(live, ev.Join) {
+			t.Fatalf("%+v: the joiner is live", ev)
+		}
+		switch {
+		case ev.Returning && !slices.Contains(pool, ev.Join):
+			t.Fatalf("%+v: returns but was not in the pool %v", ev, pool)
+		case !ev.Returning && (ev.Join != next || seen[ev.Join]):
+			t.Fatalf("%+v: a newcomer should be node %d", ev, next)
+		case !ev.Returning:
+			next++
+		}
+		seen[ev.Join] = true
+		if len(ev.Bootstrap) != min(bootstrapPeers, len(live)-1) || slices.Contains(ev.Bootstrap, ev.Leave) {
+			t.Fatalf("%+v: bootstrap wants %d live nodes other than the leaver", ev, min(bootstrapPeers, len(live)-1))
+		}
+		for k, b := range ev.Bootstrap {
+			if !slices.Contains(live, b) || slices.Contains(ev.Bootstrap[:k], b) {
+				t.Fatalf("%+v: bootstrap through %d: not live or twice", ev, b)
+			}
+		}
+		live = slices.DeleteFunc(live, func(i int) bool { return i == ev.Leave })
+		live = append(live, ev.Join)
+		if ev.Returns {
+			p.back(ev.Leave)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+func TestChurnPlanEvents(t *testing.T) {
+	for _, nodes := range []int{2, 3, 30} {
+		simulate(t, ChurnConfig{Rate: 0.2, NeverReturn: 0.3, Seed: 1}, nodes, 2000)
+	}
+	if _, ok := newChurnPlan(ChurnConfig{Rate: 1}, 1).event([]int{0}); ok {
+		t.Error("an event with one live node: nobody would be left to bootstrap through")
+	}
+}
+
+func TestChurnPlanNeverReturn(t *testing.T) {
+	for _, share := range []float64{0, 0.3, 1} {
+		evs := simulate(t, ChurnConfig{Rate: 0.2, NeverReturn: share, Seed: 3}, 30, 5000)
+		gone, returning := 0, 0
+		for _, ev := range evs {
+			if !ev.Returns {
+				gone++
+			}
+			if ev.Returning {
+				returning++
+			}
+		}
+		if got := float64(gone) / float64(len(evs)); math.Abs(got-share) > 0.03 {
+			t.Errorf("never-return %v: %.3f of the leavers never returned", share, got)
+		}
+		// A joiner comes back with chance 1/2 whenever the pool has one.
+		want := returnChance
+		if share == 1 {
+			want = 0
+		}
+		if got := float64(returning) / float64(len(evs)); math.Abs(got-want) > 0.03 {
+			t.Errorf("never-return %v: %.3f of the joiners returned, want %.2f", share, got, want)
+		}
+	}
+}
+
+func TestChurnPlanSeeded(t *testing.T) {
+	cfg := ChurnConfig{Rate: 0.2, NeverReturn: 0.3, Seed: 42}
+	a, b := simulate(t, cfg, 30, 500), simulate(t, cfg, 30, 500)
+	if !slices.EqualFunc(a, b, eventEqual) {
+		t.Error("the same seed drew different events")
+	}
+	cfg.Seed++
+	if slices.EqualFunc(a, simulate(t, cfg, 30, 500), eventEqual) {
+		t.Error("another seed drew the same events")
+	}
+	// The live nodes' order does not matter, only the set.
+	p, q := newChurnPlan(cfg, 5), newChurnPlan(cfg, 5)
+	ea, _ := p.event([]int{0, 1, 2, 3, 4})
+	eb, _ := q.event([]int{4, 2, 0, 3, 1})
+	if !eventEqual(ea, eb) {
+		t.Errorf("order of the live nodes changed the draw: %+v, %+v", ea, eb)
+	}
+	ga, gb := newChurnPlan(cfg, 5).gap(30), newChurnPlan(cfg, 5).gap(30)
+	if ga != gb {
+		t.Errorf("the same seed drew gaps %v and %v", ga, gb)
+	}
+}
+
+func eventEqual(a, b churnEvent) bool {
+	return a.Leave == b.Leave && a.Returns == b.Returns && a.Join == b.Join && a.Returning == b.Returning &&
+		slices.Equal(a.Bootstrap, b.Bootstrap)
+}
