@@ -47,6 +47,32 @@ func TestChurnConfigValidate(t *testing.T) {
 	}
 }
 
+func TestConfigValidateNodesAndChurn(t *testing.T) {
+	base := Config{Binary: "meshtrain", Dir: "tn", Nodes: MaxNodes}
+	if err := base.Validate(); err != nil {
+		t.Fatalf("%d nodes: %v", MaxNodes, err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"too many nodes", func(c *Config) { c.Nodes = MaxNodes + 1 }, "--nodes 257 not in [1,256]"},
+		{"churn alone", func(c *Config) { c.Nodes, c.Churn.Rate = 1, 0.2 }, "at least 2 nodes"},
+		{"churn detached", func(c *Config) { c.Churn.Rate, c.Detach = 0.2, true }, "no --detach"},
+		{"churn on a WAN", func(c *Config) { c.Churn.Rate, c.WAN = 0.2, &WAN{} }, "no churn on an emulated WAN"},
+		{"bad churn", func(c *Config) { c.Churn.NeverReturn = 2 }, "never-return share 2"},
+		{"bad target", func(c *Config) { c.Target = 1.5 }, "target accuracy 1.5"},
+		{"bad parallelism", func(c *Config) { c.StartParallel = -1 }, "start parallelism -1"},
+	} {
+		cfg := base
+		c.edit(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
+		}
+	}
+}
+
 // The mean gap is a minute over Rate x live nodes: the share per minute.
 func TestChurnPlanRate(t *testing.T) {
 	for _, c := range []struct {
