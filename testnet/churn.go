@@ -23,8 +23,11 @@ type ChurnConfig struct {
 	// The others join the return pool: a later event may start one again
 	// on its data dir (identity, checkpoint, progress).
 	NeverReturn float64
-	// Seed makes the draws reproducible: the same seed and the same live
-	// nodes at each event give the same events.
+	// Seed makes the draws reproducible. It fixes the events' times and
+	// which leavers may return and which joiners return (when the pool has
+	// one) on its own; who leaves, returns and is bootstrapped through also
+	// depends on which nodes are live at each event, which depends on how
+	// fast the nodes start and stop.
 	Seed uint64
 	// Grace is how long a leaver has, after SIGTERM, to write its final
 	// checkpoint and exit before it gets SIGKILL (0: DefaultChurnGrace).
@@ -91,16 +94,22 @@ type churnEvent struct {
 
 // churnPlan draws the churn schedule. It is pure: no clock, no processes;
 // the caller passes the live nodes. One goroutine owns it.
+//
+// Each kind of draw has a stream of its own, so that how many nodes are
+// live (which varies with start-up times) shifts no other kind: the times
+// (when) and the fates (fate: never return, come back) follow from the
+// seed alone.
 type churnPlan struct {
-	cfg  ChurnConfig
-	rng  *rand.Rand
-	next int   // the next newcomer's index
-	pool []int // leavers that have exited and may come back, in that order
+	cfg                   ChurnConfig
+	when, who, fate, boot *rand.Rand
+	next                  int   // the next newcomer's index
+	pool                  []int // leavers that have exited and may come back, in that order
 }
 
 // newChurnPlan plans the churn of a testnet that started nodes 0..nodes-1.
 func newChurnPlan(cfg ChurnConfig, nodes int) *churnPlan {
-	return &churnPlan{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x636875726e)), next: nodes}
+	stream := func(k uint64) *rand.Rand { return rand.New(rand.NewPCG(cfg.Seed, 0x636875726e00+k)) }
+	return &churnPlan{cfg: cfg, when: stream(1), who: stream(2), fate: stream(3), boot: stream(4), next: nodes}
 }
 
 // gap draws the time to the next event with live nodes in the swarm: an
@@ -110,7 +119,7 @@ func (p *churnPlan) gap(live int) time.Duration {
 	if p.cfg.Rate <= 0 || live <= 0 {
 		return time.Minute
 	}
-	return time.Duration(p.rng.ExpFloat64() / (p.cfg.Rate * float64(live)) * float64(time.Minute))
+	return time.Duration(p.when.ExpFloat64() / (p.cfg.Rate * float64(live)) * float64(time.Minute))
 }
 
 // event draws one event among the live nodes (indices, at least two: one
@@ -122,18 +131,18 @@ func (p *churnPlan) event(live []int) (churnEvent, bool) {
 		return churnEvent{}, false
 	}
 	live = slices.Sorted(slices.Values(live)) // draws must not hang on the caller's order
-	k := p.rng.IntN(len(live))
-	ev := churnEvent{Leave: live[k], Returns: p.rng.Float64() >= p.cfg.NeverReturn}
+	k := p.who.IntN(len(live))
+	ev := churnEvent{Leave: live[k], Returns: p.fate.Float64() >= p.cfg.NeverReturn}
 	stay := slices.Delete(live, k, k+1)
-	if len(p.pool) > 0 && p.rng.Float64() < returnChance {
-		j := p.rng.IntN(len(p.pool))
+	if back := p.fate.Float64() < returnChance; back && len(p.pool) > 0 { // drawn even with no pool: fate stays in step
+		j := p.who.IntN(len(p.pool))
 		ev.Join, ev.Returning = p.pool[j], true
 		p.pool = slices.Delete(p.pool, j, j+1)
 	} else {
 		ev.Join = p.next
 		p.next++
 	}
-	p.rng.Shuffle(len(stay), func(i, j int) { stay[i], stay[j] = stay[j], stay[i] })
+	p.boot.Shuffle(len(stay), func(i, j int) { stay[i], stay[j] = stay[j], stay[i] })
 	ev.Bootstrap = stay[:min(bootstrapPeers, len(stay))]
 	return ev, true
 }

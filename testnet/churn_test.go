@@ -211,6 +211,37 @@ func TestChurnPlanSeeded(t *testing.T) {
 	}
 }
 
+// How many nodes are live at an event (a joiner may still be starting)
+// changes who leaves, not when events come or which bring a node back.
+func TestChurnPlanFatesFollowTheSeed(t *testing.T) {
+	cfg := ChurnConfig{Rate: 0.2, NeverReturn: 0.3, Seed: 42}
+	p, q := newChurnPlan(cfg, 30), newChurnPlan(cfg, 30)
+	p.back(100)
+	q.back(100) // a pool that never runs dry
+	live := func(n int) []int {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = 1000 + i
+		}
+		return out
+	}
+	for k := range 200 {
+		gp, gq := p.gap(30), q.gap(30-k%3)
+		if want := time.Duration(float64(gp) * 30 / float64(30-k%3)); (gq-want).Abs() > time.Microsecond {
+			t.Fatalf("event %d: gap %v, then %v with fewer nodes live: want the same draw, scaled", k, gp, gq)
+		}
+		a, _ := p.event(live(30))
+		b, _ := q.event(live(28 + k%3))
+		if a.Returns != b.Returns || a.Returning != b.Returning {
+			t.Fatalf("event %d: fates %+v and %+v differ with the live count", k, a, b)
+		}
+		if a.Returning {
+			p.back(a.Join)
+			q.back(b.Join)
+		}
+	}
+}
+
 func eventEqual(a, b churnEvent) bool {
 	return a.Leave == b.Leave && a.Returns == b.Returns && a.Join == b.Join && a.Returning == b.Returning &&
 		slices.Equal(a.Bootstrap, b.Bootstrap)
