@@ -24,11 +24,13 @@ type ChurnStats struct {
 	Skipped int `json:"skipped"`
 	// Newcomers and Returns are the joiners the events started; Killed the
 	// leavers that got SIGKILL after the grace; FailedStarts the joiners
-	// that did not report their addresses.
+	// that did not report their addresses; Unfinished those still starting
+	// when the churn ended (the testnet stopped them: no session).
 	Newcomers    int `json:"newcomers"`
 	Returns      int `json:"returns"`
 	Killed       int `json:"killed"`
 	FailedStarts int `json:"failed_starts"`
+	Unfinished   int `json:"unfinished"`
 }
 
 // StartChurn replaces nodes as Config.Churn says, on a goroutine of its
@@ -227,15 +229,18 @@ func (c *churner) leave(ctx context.Context, m *Member, ev churnEvent, results c
 // start, but not one that ctx cancelled) and reports it.
 func (c *churner) join(ctx context.Context, ev churnEvent, boot []string, results chan<- churnResult) {
 	m, err := c.start(ctx, launch{index: ev.Join, bootstrap: boot, fresh: !ev.Returning, returning: ev.Returning})
-	if m != nil && !(err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err())) {
+	c.tn.mu.Lock()
+	switch {
+	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		c.tn.churnStats.Unfinished++
+	case m != nil:
 		m.startErr = err
-		c.tn.mu.Lock()
 		c.tn.Members = append(c.tn.Members, m)
 		if err != nil {
 			c.tn.churnStats.FailedStarts++
 		}
-		c.tn.mu.Unlock()
 	}
+	c.tn.mu.Unlock()
 	r := churnResult{ev: ev}
 	if err == nil {
 		r.joined = m

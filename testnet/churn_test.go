@@ -227,7 +227,7 @@ func TestChurnPlanFatesFollowTheSeed(t *testing.T) {
 	}
 	for k := range 200 {
 		gp, gq := p.gap(30), q.gap(30-k%3)
-		if want := time.Duration(float64(gp) * 30 / float64(30-k%3)); (gq-want).Abs() > time.Microsecond {
+		if want := time.Duration(float64(gp) * 30 / float64(30-k%3)); (gq - want).Abs() > time.Microsecond {
 			t.Fatalf("event %d: gap %v, then %v with fewer nodes live: want the same draw, scaled", k, gp, gq)
 		}
 		a, _ := p.event(live(30))

@@ -204,8 +204,9 @@ func WriteSessions(w io.Writer, r SessionsReport) {
 	}
 	tw.Flush()
 	if c := r.Churn; c != nil {
-		fmt.Fprintf(w, "churn: %d events (%d newcomers, %d returns), %d skipped, %d leavers killed after the grace, %d joiners failed to start\n",
-			c.Events, c.Newcomers, c.Returns, c.Skipped, c.Killed, c.FailedStarts)
+		fmt.Fprintf(w, "churn: %d events (%d newcomers, %d returns), %d skipped, %d leavers killed after the grace, "+
+			"%d joiners failed to start, %d still starting at the end\n",
+			c.Events, c.Newcomers, c.Returns, c.Skipped, c.Killed, c.FailedStarts, c.Unfinished)
 	}
 	fmt.Fprintln(w, r.Verdict())
 }

@@ -59,7 +59,7 @@ func TestWriteSessions(t *testing.T) {
 	WriteSessions(&b, r)
 	out := b.String()
 	for _, want := range []string{"TO 90% S", "…efghijkl", "returning", "left (SIGKILL)", "340", "92.1%",
-		"churn: 1 events (0 newcomers, 1 returns), 0 skipped, 1 leavers killed after the grace, 0 joiners failed to start",
+		"churn: 1 events (0 newcomers, 1 returns), 0 skipped, 1 leavers killed after the grace, 0 joiners failed to start, 0 still starting at the end",
 		"sessions that lasted >= 2m0s: 1; reached 90%: 1\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
