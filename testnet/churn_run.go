@@ -197,7 +197,9 @@ func (c *churner) run(ctx context.Context) {
 				delete(live, ev.Leave)
 				var boot []string
 				for _, b := range ev.Bootstrap {
-					boot = append(boot, tn.bootAddr(live[b]))
+					if a := tn.bootAddr(live[b]); a != "" {
+						boot = append(boot, a)
+					}
 				}
 				joining, leaving = joining+1, leaving+1
 				wg.Go(func() { c.leave(ctx, leaver, ev, results) })

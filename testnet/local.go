@@ -292,7 +292,7 @@ func Up(ctx context.Context, cfg Config) (*Testnet, error) {
 	defer cancel()
 	sem := make(chan struct{}, cfg.StartParallel)
 	var wg sync.WaitGroup
-	for i := 1; i < cfg.Nodes; i++ {
+	for i := 1; i < cfg.Nodes && sctx.Err() == nil; i++ {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
