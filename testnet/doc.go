@@ -10,6 +10,22 @@
 //		testnet.WriteTable(os.Stdout, tn.Summary())
 //	}
 //
+// With churn (Config.Churn, `testnet up --churn 20%`) the testnet replaces a
+// share of its live nodes per minute once released: each event stops a
+// random live node and starts a newcomer or a node that left before, on its
+// data dir. The schedule is pure (churn.go: churnPlan); the goroutine that
+// runs it, in churn_run.go. Every process is a session (Sessions), and the
+// report says which lasted long enough and reached the target accuracy:
+//
+//	cfg.Churn = testnet.ChurnConfig{Rate: 0.2, NeverReturn: 0.3, Seed: 1}
+//	tn, err := testnet.Up(ctx, cfg)
+//	_, err = tn.Release(ctx, 30*time.Second)
+//	tn.StartChurn(ctx)
+//	time.Sleep(10 * time.Minute)
+//	tn.Stop(30 * time.Second)
+//	r := testnet.Summarize(tn.Sessions(), 0.9, 2*time.Minute)
+//	fmt.Println(r.Verdict())
+//
 // The benchmark (`meshtrain bench`) runs every mode on such a swarm, seed
 // after seed, releases each swarm's nodes together, scores the models they
 // snapshot after each run, and writes results.json, report.md and plots:

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,7 +30,9 @@ type Config struct {
 	Binary string
 	// Dir holds one data dir and one log file per node, and StateFile.
 	Dir string
-	// Nodes is how many node processes to start (>= 1).
+	// Nodes is how many node processes to start, in [1,MaxNodes]. Node i
+	// trains shard i/Nodes; a newcomer of the churn (index >= Nodes) trains
+	// shard (i mod Nodes)/Nodes.
 	Nodes int
 	// Slowdowns, one per node or empty (all 1); a shorter list repeats.
 	Slowdowns []float64
@@ -43,6 +46,12 @@ type Config struct {
 	Detach bool
 	// StartTimeout bounds the wait for each node to report its addresses.
 	StartTimeout time.Duration
+	// StartParallel bounds how many nodes start at once after the first
+	// (0: DefaultStartParallel). A node's start-up is mostly CPU (its
+	// dataset, its store, its keys), so more than a few at once on a small
+	// machine only slows each down. With a WAN they start one by one, in
+	// order (its endpoints are the nodes, in order).
+	StartParallel int
 	// BaseStep, when set, is every node's --base-step: the step time the
 	// slowdowns multiply, measured once (CalibrateBaseStep) rather than by
 	// each node while the others start up on the same cores.
@@ -60,7 +69,22 @@ type Config struct {
 	// on the WAN instead (--listen, --announce), so every packet between
 	// nodes crosses it. The caller starts and closes it.
 	WAN *WAN
+	// Churn, if its Rate is > 0, replaces nodes while the testnet trains,
+	// once StartChurn is called. Not with Detach or WAN.
+	Churn ChurnConfig
+	// Target is the test accuracy whose first crossing each session
+	// records (Session.ToTargetS); 0: DefaultTarget.
+	Target float64
 }
+
+// MaxNodes bounds Config.Nodes.
+const MaxNodes = 256
+
+// DefaultStartParallel is Config.StartParallel's default.
+const DefaultStartParallel = 4
+
+// DefaultTarget is Config.Target's default.
+const DefaultTarget = 0.9
 
 // GateFile is the start file of a gated testnet, in its Dir.
 const GateFile = "start"
@@ -74,8 +98,28 @@ func (c Config) Validate() error {
 	if c.Dir == "" {
 		errs = append(errs, errors.New("testnet: no dir"))
 	}
-	if c.Nodes < 1 || c.Nodes > 64 {
-		errs = append(errs, fmt.Errorf("testnet: --nodes %d not in [1,64]", c.Nodes))
+	if c.Nodes < 1 || c.Nodes > MaxNodes {
+		errs = append(errs, fmt.Errorf("testnet: --nodes %d not in [1,%d]", c.Nodes, MaxNodes))
+	}
+	if c.StartParallel < 0 {
+		errs = append(errs, fmt.Errorf("testnet: start parallelism %d: must be >= 0", c.StartParallel))
+	}
+	if !(c.Target >= 0 && c.Target <= 1) {
+		errs = append(errs, fmt.Errorf("testnet: target accuracy %v not in (0,1]", c.Target))
+	}
+	if err := c.Churn.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Churn.Rate > 0 {
+		if c.Nodes < 2 {
+			errs = append(errs, errors.New("testnet: churn needs at least 2 nodes (a joiner bootstraps through a node that stays)"))
+		}
+		if c.Detach {
+			errs = append(errs, errors.New("testnet: churn runs in this process: it cannot outlive it (no --detach)"))
+		}
+		if c.WAN != nil {
+			errs = append(errs, errors.New("testnet: no churn on an emulated WAN"))
+		}
 	}
 	for _, s := range c.Slowdowns {
 		if !(s >= 1 && s <= 1000) {
@@ -104,7 +148,9 @@ func ParseSlowdowns(s string) ([]float64, error) {
 	return out, nil
 }
 
-// Member is one node of a testnet.
+// Member is one session of a node of a testnet: one process, from its
+// start to its exit. Without churn every node has one; with churn a node
+// that comes back (same Index, data dir and peer ID) has one per return.
 type Member struct {
 	Index    int      `json:"index"`
 	PID      int      `json:"pid"`
@@ -114,13 +160,40 @@ type Member struct {
 	DataDir  string   `json:"data_dir"`
 	Log      string   `json:"log"`
 	Slowdown float64  `json:"slowdown"`
+	// Returning: the churn started this node again on its data dir.
+	Returning bool `json:"returning,omitempty"`
 
-	cmd   *exec.Cmd
-	done  chan struct{}
-	mu    sync.Mutex
-	last  map[string]any // latest progress-like event
-	final *FinalEvent    // the node's final event, once printed
-	exit  error
+	cmd     *exec.Cmd
+	done    chan struct{}
+	target  float64   // the test accuracy whose first crossing follow records
+	started time.Time // when the process was started
+	ended   time.Time // when it exited: written before done is closed
+	exit    error     // written before done is closed
+	// startErr: the churn started it, but it did not report its addresses.
+	startErr error
+
+	mu       sync.Mutex
+	last     map[string]any // latest progress-like event
+	final    *FinalEvent    // the node's final event, once printed
+	stopping string         // why the testnet signalled it (endLeft, endStopped), "" if it did not
+	killed   bool           // the testnet sent it SIGKILL
+	first    struct {       // its first event: start (fresh) or resumed
+		kind  string
+		step  int64
+		clock float64
+	}
+	reached time.Time // when it first printed a test accuracy >= target
+	best    float64   // the best test accuracy it printed
+}
+
+// exited reports whether the member's process has exited.
+func (m *Member) exited() bool {
+	select {
+	case <-m.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // FinalEvent is the part of a node's final event a testnet reports.
@@ -145,9 +218,26 @@ type FinalEvent struct {
 }
 
 // Testnet is a running set of node processes.
+//
+// Members is every session in start order: the Nodes that Up started (node
+// i at Members[i]), then the churn's joiners, which its goroutine appends
+// under mu. Read it directly only before StartChurn; the methods take mu.
 type Testnet struct {
 	cfg     Config
 	Members []*Member `json:"members"`
+
+	mu         sync.Mutex
+	t0         time.Time     // when training started: Release, or the end of Up
+	churnStop  func()        // cancels the churn (nil: none started)
+	churnDone  chan struct{} // closed when the churn goroutine has returned
+	churnStats ChurnStats
+}
+
+// members is a snapshot of Members.
+func (tn *Testnet) members() []*Member {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	return slices.Clone(tn.Members)
 }
 
 // event is the part of a node's JSON output the testnet reads.
@@ -157,13 +247,23 @@ type event struct {
 	Addrs  []string `json:"addrs"`
 }
 
-// Up starts the nodes: the first is the bootstrap; the others join it.
+// Up starts the nodes: the first is the bootstrap; the others join it, a
+// few at a time (Config.StartParallel).
 func Up(ctx context.Context, cfg Config) (*Testnet, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 60 * time.Second
+	}
+	if cfg.StartParallel == 0 {
+		cfg.StartParallel = DefaultStartParallel
+	}
+	if cfg.WAN != nil {
+		cfg.StartParallel = 1
+	}
+	if cfg.Target == 0 {
+		cfg.Target = DefaultTarget
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
@@ -176,31 +276,60 @@ func Up(ctx context.Context, cfg Config) (*Testnet, error) {
 		}
 	}
 	tn := &Testnet{cfg: cfg}
-	var bootstrap string
-	for i := range cfg.Nodes {
-		m, err := tn.start(ctx, i, bootstrap)
-		if err != nil {
-			tn.Stop(10 * time.Second)
-			return nil, err
-		}
-		tn.Members = append(tn.Members, m)
-		if i == 0 {
-			bootstrap = tcpAddr(m.Addrs)
-			if cfg.WAN != nil {
-				bootstrap = quicAddr(m.Addrs)
+	first, err := tn.start(ctx, launch{index: 0, fresh: cfg.Fresh})
+	if err != nil {
+		return nil, err
+	}
+	tn.Members = []*Member{first}
+	bootstrap := tn.bootAddr(first)
+	if bootstrap == "" {
+		tn.Stop(10 * time.Second)
+		return nil, fmt.Errorf("testnet: node 0 reported no address to bootstrap from: %v", first.Addrs)
+	}
+	rest := make([]*Member, cfg.Nodes-1)
+	errs := make([]error, cfg.Nodes-1)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, cfg.StartParallel)
+	var wg sync.WaitGroup
+	for i := 1; i < cfg.Nodes && sctx.Err() == nil; i++ {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			rest[i-1], errs[i-1] = tn.start(sctx, launch{index: i, bootstrap: []string{bootstrap}, fresh: cfg.Fresh})
+			if errs[i-1] != nil {
+				cancel() // the others need not finish starting
 			}
-			if bootstrap == "" {
-				tn.Stop(10 * time.Second)
-				return nil, fmt.Errorf("testnet: node 0 reported no address to bootstrap from: %v", m.Addrs)
-			}
+		})
+	}
+	wg.Wait()
+	for _, m := range rest {
+		if m != nil {
+			tn.Members = append(tn.Members, m)
 		}
 	}
+	if i := slices.IndexFunc(errs, func(e error) bool { return e != nil && !errors.Is(e, context.Canceled) }); i >= 0 || ctx.Err() != nil {
+		tn.Stop(10 * time.Second)
+		if i >= 0 {
+			return nil, errs[i]
+		}
+		return nil, ctx.Err()
+	}
+	tn.t0 = time.Now()
 	if cfg.Detach {
 		if err := tn.save(); err != nil {
 			return nil, err
 		}
 	}
 	return tn, nil
+}
+
+// bootAddr is the address other nodes bootstrap through m with.
+func (tn *Testnet) bootAddr(m *Member) string {
+	if tn.cfg.WAN != nil {
+		return quicAddr(m.Addrs)
+	}
+	return tcpAddr(m.Addrs)
 }
 
 func tcpAddr(addrs []string) string {
@@ -243,20 +372,29 @@ func (tn *Testnet) slowdown(i int) float64 {
 	return tn.cfg.Slowdowns[i%len(tn.cfg.Slowdowns)]
 }
 
-// start launches node i and waits for its "listening" event.
-func (tn *Testnet) start(ctx context.Context, i int, bootstrap string) (*Member, error) {
+// launch is what one start of a node needs.
+type launch struct {
+	index     int
+	bootstrap []string // addresses to join through (none for the first node)
+	fresh     bool     // --fresh: start the run over rather than resume the data dir's
+	returning bool     // the churn brings the node back
+}
+
+// start launches a node and waits for its "listening" event.
+func (tn *Testnet) start(ctx context.Context, l launch) (*Member, error) {
+	i := l.index
 	api, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	m := &Member{Index: i, API: api, Slowdown: tn.slowdown(i),
+	m := &Member{Index: i, API: api, Slowdown: tn.slowdown(i), Returning: l.returning,
 		DataDir: filepath.Join(tn.cfg.Dir, fmt.Sprintf("node-%d", i)),
 		Log:     filepath.Join(tn.cfg.Dir, fmt.Sprintf("node-%d.log", i)),
-		done:    make(chan struct{}), last: map[string]any{}}
+		done:    make(chan struct{}), last: map[string]any{}, target: tn.cfg.Target}
 	args := []string{"node", "--profile", "local", "--json", "--data-dir", m.DataDir, "--api", api,
-		"--shard", fmt.Sprintf("%d/%d", i, tn.cfg.Nodes), "--slowdown", strconv.FormatFloat(m.Slowdown, 'g', -1, 64)}
-	if bootstrap != "" {
-		args = append(args, "--bootstrap", bootstrap)
+		"--shard", fmt.Sprintf("%d/%d", i%tn.cfg.Nodes, tn.cfg.Nodes), "--slowdown", strconv.FormatFloat(m.Slowdown, 'g', -1, 64)}
+	for _, b := range l.bootstrap {
+		args = append(args, "--bootstrap", b)
 	}
 	if tn.cfg.BaseStep > 0 {
 		args = append(args, "--base-step", tn.cfg.BaseStep.String())
@@ -267,7 +405,7 @@ func (tn *Testnet) start(ctx context.Context, i int, bootstrap string) (*Member,
 	if tn.cfg.Gate {
 		args = append(args, "--start-file", filepath.Join(tn.cfg.Dir, GateFile))
 	}
-	if tn.cfg.Fresh {
+	if l.fresh {
 		args = append(args, "--fresh")
 	}
 	if tn.cfg.WAN != nil {
@@ -283,7 +421,11 @@ func (tn *Testnet) start(ctx context.Context, i int, bootstrap string) (*Member,
 		more, e := tn.cfg.PerNode(i)
 		args, env = append(args, more...), e
 	}
-	logf, err := os.OpenFile(m.Log, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
+	if l.returning {
+		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND // the log of every session
+	}
+	logf, err := os.OpenFile(m.Log, flags, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -292,6 +434,7 @@ func (tn *Testnet) start(ctx context.Context, i int, bootstrap string) (*Member,
 		cmd.Env = append(os.Environ(), env...)
 	}
 	m.cmd = cmd
+	m.started = time.Now()
 	listening := make(chan event, 1)
 	if tn.cfg.Detach {
 		// The node writes its own log; we read it back for the addresses.
@@ -302,7 +445,11 @@ func (tn *Testnet) start(ctx context.Context, i int, bootstrap string) (*Member,
 			return nil, fmt.Errorf("testnet: start node %d: %w", i, err)
 		}
 		logf.Close()
-		go func() { _ = cmd.Wait(); close(m.done) }()
+		go func() {
+			m.exit = cmd.Wait()
+			m.ended = time.Now()
+			close(m.done)
+		}()
 		go tailListening(ctx, m.Log, m.done, listening)
 	} else {
 		out, err := cmd.StdoutPipe()
@@ -318,6 +465,7 @@ func (tn *Testnet) start(ctx context.Context, i int, bootstrap string) (*Member,
 		go func() {
 			m.follow(io.TeeReader(out, logf), listening)
 			m.exit = cmd.Wait()
+			m.ended = time.Now()
 			logf.Close()
 			close(m.done)
 		}()
@@ -328,17 +476,18 @@ func (tn *Testnet) start(ctx context.Context, i int, bootstrap string) (*Member,
 		m.PeerID, m.Addrs = ev.PeerID, ev.Addrs
 		return m, nil
 	case <-m.done:
-		return nil, fmt.Errorf("testnet: node %d exited during start-up; see %s", i, m.Log)
+		return m, fmt.Errorf("testnet: node %d exited during start-up; see %s", i, m.Log)
 	case <-time.After(tn.cfg.StartTimeout):
 		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("testnet: node %d did not start within %v; see %s", i, tn.cfg.StartTimeout, m.Log)
+		return m, fmt.Errorf("testnet: node %d did not start within %v; see %s", i, tn.cfg.StartTimeout, m.Log)
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
-		return nil, ctx.Err()
+		return m, ctx.Err()
 	}
 }
 
-// follow reads a node's JSON events, remembering the latest of each kind.
+// follow reads a node's JSON events, remembering the latest of each kind,
+// how its session began, and when it first reached its target accuracy.
 func (m *Member) follow(r io.Reader, listening chan<- event) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -363,9 +512,22 @@ func (m *Member) follow(r io.Reader, listening chan<- event) {
 				final = nil
 			}
 		}
+		acc, hasAcc := raw["test_accuracy"].(float64) // eval, epoch and final events
+		now := time.Now()
 		m.mu.Lock()
 		if final != nil {
 			m.final = final
+		}
+		if (kind == "start" || kind == "resumed") && m.first.kind == "" {
+			m.first.kind = kind
+			m.first.step = int64(field(raw, "step"))
+			m.first.clock = field(raw, "run_samples")
+		}
+		if hasAcc {
+			m.best = max(m.best, acc)
+			if acc >= m.target && m.reached.IsZero() {
+				m.reached = now
+			}
 		}
 		for k, v := range raw {
 			if k != "event" && k != "message" && k != "status" {
@@ -375,6 +537,12 @@ func (m *Member) follow(r io.Reader, listening chan<- event) {
 		m.last["event"] = kind
 		m.mu.Unlock()
 	}
+}
+
+// field is a number field of a decoded event (0 if absent).
+func field(raw map[string]any, k string) float64 {
+	v, _ := raw[k].(float64)
+	return v
 }
 
 // tailListening polls a detached node's log for its "listening" event.
@@ -422,34 +590,43 @@ type Row struct {
 	Alive         bool
 }
 
-// Summary returns the latest state of every node.
+// Summary returns the latest state of every node: one row per session,
+// but none for the sessions the churn ended.
 func (tn *Testnet) Summary() []Row {
-	rows := make([]Row, 0, len(tn.Members))
-	for _, m := range tn.Members {
+	ms := tn.members()
+	rows := make([]Row, 0, len(ms))
+	for _, m := range ms {
 		m.mu.Lock()
-		num := func(k string) float64 { v, _ := m.last[k].(float64); return v }
-		r := Row{Index: m.Index, PeerID: m.PeerID, API: m.API, Slowdown: m.Slowdown, Step: int64(num("step")),
-			Loss: num("loss"), Accuracy: num("test_accuracy"), SamplesPerSec: num("samples_per_s"),
-			Peers: int64(num("peers")), Merges: int64(num("merges")), Elapsed: num("elapsed_s"), LR: num("lr")}
-		if total := num("run_total"); total > 0 {
-			r.Run = min(1, num("run_samples")/total)
+		get := func(k string) float64 { return field(m.last, k) }
+		r := Row{Index: m.Index, PeerID: m.PeerID, API: m.API, Slowdown: m.Slowdown, Step: int64(get("step")),
+			Loss: get("loss"), Accuracy: get("test_accuracy"), SamplesPerSec: get("samples_per_s"),
+			Peers: int64(get("peers")), Merges: int64(get("merges")), Elapsed: get("elapsed_s"), LR: get("lr")}
+		if total := get("run_total"); total > 0 {
+			r.Run = min(1, get("run_samples")/total)
 		}
+		left := m.stopping == endLeft
 		m.mu.Unlock()
-		select {
-		case <-m.done:
-		default:
-			r.Alive = true
+		if left {
+			continue
 		}
+		r.Alive = !m.exited()
 		rows = append(rows, r)
 	}
 	return rows
 }
 
-// Done is closed when every node has exited.
+// Done is closed when every node has exited and, if StartChurn was called
+// before, the churn has ended.
 func (tn *Testnet) Done() <-chan struct{} {
+	tn.mu.Lock()
+	churn := tn.churnDone
+	tn.mu.Unlock()
 	ch := make(chan struct{})
 	go func() {
-		for _, m := range tn.Members {
+		if churn != nil {
+			<-churn // no session starts after this
+		}
+		for _, m := range tn.members() {
 			<-m.done
 		}
 		close(ch)
@@ -457,21 +634,34 @@ func (tn *Testnet) Done() <-chan struct{} {
 	return ch
 }
 
-// Stop sends SIGINT to every node (each finishes its step and writes a
-// final checkpoint), waits up to grace, then kills what is left.
+// Stop ends the churn, if any, then sends SIGINT to every node (each
+// finishes its step and writes a final checkpoint), waits up to grace,
+// then kills what is left. It is safe to call twice.
 func (tn *Testnet) Stop(grace time.Duration) {
-	for _, m := range tn.Members {
+	tn.stopChurn()
+	ms := tn.members()
+	for _, m := range ms {
+		m.mu.Lock()
+		if m.stopping == "" && !m.exited() {
+			m.stopping = endStopped
+		}
+		m.mu.Unlock()
 		_ = m.cmd.Process.Signal(os.Interrupt)
 	}
 	deadline := time.After(grace)
-	for _, m := range tn.Members {
+	for _, m := range ms {
 		select {
 		case <-m.done:
 		case <-deadline:
-			for _, k := range tn.Members {
-				_ = k.cmd.Process.Kill()
+			for _, k := range ms {
+				if !k.exited() {
+					k.mu.Lock()
+					k.killed = true
+					k.mu.Unlock()
+					_ = k.cmd.Process.Kill()
+				}
 			}
-			for _, k := range tn.Members {
+			for _, k := range ms {
 				<-k.done
 			}
 			return

@@ -59,7 +59,13 @@ func (tn *Testnet) Release(ctx context.Context, timeout time.Duration) ([]int, e
 	if err := ctx.Err(); err != nil {
 		return seen, err
 	}
-	return seen, os.WriteFile(filepath.Join(tn.cfg.Dir, GateFile), nil, 0o644)
+	if err := os.WriteFile(filepath.Join(tn.cfg.Dir, GateFile), nil, 0o644); err != nil {
+		return seen, err
+	}
+	tn.mu.Lock()
+	tn.t0 = time.Now() // the sessions' clock starts with training
+	tn.mu.Unlock()
+	return seen, nil
 }
 
 // Outcome is how one node of a testnet ended.
@@ -79,13 +85,19 @@ func (o Outcome) OK() bool { return o.Problem == "" }
 // Outcomes reports how every node ended; call it after Done. A node ended
 // well when it exited with code 0 after a final event of a finished run
 // and, in a gossip swarm of more than one node, merged at least once.
-// interrupted accepts a run stopped by Stop (Ctrl-C) as finished.
+// interrupted accepts a run stopped by Stop (Ctrl-C) as finished. The
+// sessions the churn ended are not among them (see Sessions).
 func (tn *Testnet) Outcomes(interrupted bool) []Outcome {
-	out := make([]Outcome, 0, len(tn.Members))
-	for _, m := range tn.Members {
+	ms := tn.members()
+	out := make([]Outcome, 0, len(ms))
+	for _, m := range ms {
 		m.mu.Lock()
 		o := Outcome{Index: m.Index, Exit: m.exit, Final: m.final}
+		left := m.stopping == endLeft
 		m.mu.Unlock()
+		if left {
+			continue
+		}
 		switch f := o.Final; {
 		case o.Exit != nil:
 			o.Problem = fmt.Sprintf("exited with %v; see %s", o.Exit, m.Log)
@@ -93,7 +105,7 @@ func (tn *Testnet) Outcomes(interrupted bool) []Outcome {
 			o.Problem = "exited without a final event; see " + m.Log
 		case strings.HasPrefix(f.Message, "interrupted") && !interrupted:
 			o.Problem = "interrupted before the run ended"
-		case f.Status.Mode == "gossip" && len(tn.Members) > 1 && f.Merges == 0:
+		case f.Status.Mode == "gossip" && len(ms) > 1 && f.Merges == 0:
 			o.Problem = "never merged: it trained alone"
 			if a := f.Status.Alone; a != nil {
 				o.Problem += " (" + a.Message + ")"
