@@ -129,8 +129,11 @@ func testnetUp(ctx context.Context, e *env, args []string) int {
 	if *resume {
 		what = "resuming their data dirs"
 	}
-	fmt.Fprintf(e.stdout, "starting %d nodes in %s, %s (logs: %s/node-N.log); base step %v\n", *nodes, *dir, what, *dir,
-		cfg.BaseStep.Round(time.Microsecond))
+	base := cfg.BaseStep.Round(time.Microsecond).String()
+	if v, given := flagValue(cfg.NodeArgs, "base-step"); given {
+		base = v + " (--base-step)"
+	}
+	fmt.Fprintf(e.stdout, "starting %d nodes in %s, %s (logs: %s/node-N.log); base step %s\n", *nodes, *dir, what, *dir, base)
 	tn, err := testnet.Up(ctx, cfg)
 	if err != nil {
 		return failure(e, err)
