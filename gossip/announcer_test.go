@@ -45,16 +45,15 @@ func localStatus(step int64) LocalFunc {
 	}
 }
 
-// Six hosts in a line (so announcements must be relayed) all end up with
-// the other five in their fresh tables.
-func TestAnnounceMesh(t *testing.T) {
-	checkLeaks(t)
-	const n = 6
+// announcerLine starts n hosts, each with an announcer of cfg announcing
+// localStatus(i), connected in a line (so announcements must be relayed).
+func announcerLine(t *testing.T, n int, cfg AnnounceConfig) ([]host.Host, []*Announcer) {
+	t.Helper()
 	hosts := make([]host.Host, n)
 	anns := make([]*Announcer, n)
 	for i := range hosts {
 		hosts[i] = newHost(t, "tcp", testConfig(testN))
-		a, err := NewAnnouncer(hosts[i], newPubSub(t, hosts[i]), testAnnounceConfig(), localStatus(int64(i)))
+		a, err := NewAnnouncer(hosts[i], newPubSub(t, hosts[i]), cfg, localStatus(int64(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,6 +63,15 @@ func TestAnnounceMesh(t *testing.T) {
 			connect(t, hosts[i-1], hosts[i])
 		}
 	}
+	return hosts, anns
+}
+
+// Six hosts in a line (so announcements must be relayed) all end up with
+// the other five in their fresh tables.
+func TestAnnounceMesh(t *testing.T) {
+	checkLeaks(t)
+	const n = 6
+	hosts, anns := announcerLine(t, n, testAnnounceConfig())
 	for i, a := range anns {
 		eventually(t, "every host sees the other five", func() bool { return len(a.Fresh()) == n-1 })
 		for _, pi := range a.Fresh() {
@@ -217,22 +225,9 @@ func TestAnnounceHostile(t *testing.T) {
 func TestAnnounceTopicRate(t *testing.T) {
 	checkLeaks(t)
 	const n = 4
-	hosts := make([]host.Host, n)
-	anns := make([]*Announcer, n)
-	for i := range hosts {
-		hosts[i] = newHost(t, "tcp", testConfig(testN))
-		cfg := testAnnounceConfig()
-		cfg.TopicRate = 4 // 4 nodes: one announcement a second each
-		a, err := NewAnnouncer(hosts[i], newPubSub(t, hosts[i]), cfg, localStatus(int64(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		anns[i] = a
-		t.Cleanup(func() { _ = a.Close() })
-		if i > 0 {
-			connect(t, hosts[i-1], hosts[i])
-		}
-	}
+	cfg := testAnnounceConfig()
+	cfg.TopicRate = 4 // 4 nodes: one announcement a second each
+	_, anns := announcerLine(t, n, cfg)
 	for _, a := range anns {
 		eventually(t, "every host stretches its interval to 1 s", func() bool { return a.Interval() == time.Second })
 	}

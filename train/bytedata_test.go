@@ -41,18 +41,6 @@ func mnistPair(t testing.TB) (bytes, floats *Dataset) {
 	return d, floatTwin(t, d)
 }
 
-func sameBits(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
-}
-
 // Every byte value scales to exactly float32(b) / 255, and rows read
 // through RowTo and RowsTo match the float twin's bit for bit.
 func TestByteDatasetRowsMatchFloat(t *testing.T) {
@@ -66,7 +54,7 @@ func TestByteDatasetRowsMatchFloat(t *testing.T) {
 	for i := 0; i < bd.N; i += 1 + i%61 { // the scaling itself is checked above
 		bd.RowTo(row, i)
 		fd.RowTo(frow, i)
-		if !sameBits(row, frow) || !sameBits(row, fd.X[i*fd.Dim:(i+1)*fd.Dim]) {
+		if !slicesEqual(row, frow) || !slicesEqual(row, fd.X[i*fd.Dim:(i+1)*fd.Dim]) {
 			t.Fatalf("row %d differs", i)
 		}
 	}
@@ -74,7 +62,7 @@ func TestByteDatasetRowsMatchFloat(t *testing.T) {
 	for _, r := range [][2]int{{0, 1}, {0, 777}, {5000, 5500}, {bd.N - 3, bd.N}} {
 		got := bd.RowsTo(buf, r[0], r[1])
 		want := fd.RowsTo(nil, r[0], r[1])
-		if !sameBits(got, want) {
+		if !slicesEqual(got, want) {
 			t.Fatalf("rows %d to %d differ", r[0], r[1])
 		}
 		if &want[0] != &fd.X[r[0]*fd.Dim] {
@@ -87,7 +75,7 @@ func TestByteDatasetRowsMatchFloat(t *testing.T) {
 func TestByteDatasetFloats(t *testing.T) {
 	bd, fd := mnistPair(t)
 	f := bd.Floats()
-	if f.Pix != nil || !sameBits(f.X, fd.X) || string(f.Y) != string(fd.Y) || f.N != fd.N || f.Dim != fd.Dim ||
+	if f.Pix != nil || !slicesEqual(f.X, fd.X) || string(f.Y) != string(fd.Y) || f.N != fd.N || f.Dim != fd.Dim ||
 		f.Classes != fd.Classes || f.Name != fd.Name {
 		t.Fatal("the float copy differs from the float twin")
 	}
@@ -122,7 +110,7 @@ func TestByteDatasetSubsetMatchesFloat(t *testing.T) {
 	if bs.N != fs.N || bs.Name != fs.Name || string(bs.Y) != string(fs.Y) {
 		t.Fatal("subset sizes, names or labels differ")
 	}
-	if !sameBits(bs.RowsTo(make([]float32, len(bs.Pix)), 0, bs.N), fs.X) {
+	if !slicesEqual(bs.RowsTo(make([]float32, len(bs.Pix)), 0, bs.N), fs.X) {
 		t.Fatal("subset rows differ")
 	}
 	if _, err := bd.Subset([]int{0, bd.N}); !errors.Is(err, ErrBadDataset) {
@@ -190,7 +178,7 @@ func TestByteDatasetTrainerMatchesFloat(t *testing.T) {
 			}
 		}
 		x, y := a.State(), b.State()
-		if !sameBits(x.Params, y.Params) || !sameBits(x.Momentum, y.Momentum) || x.Epoch != y.Epoch || x.Pos != y.Pos {
+		if !slicesEqual(x.Params, y.Params) || !slicesEqual(x.Momentum, y.Momentum) || x.Epoch != y.Epoch || x.Pos != y.Pos {
 			t.Fatalf("shard %s: the trainers' states differ", c.shard)
 		}
 		if c.shard != "all" && x.Epoch == 0 {
@@ -233,7 +221,7 @@ func TestShardTrainerHoldsOnlyItsShard(t *testing.T) {
 				t.Fatalf("alpha %v step %d: loss %v on the shard, %v on its samples alone", alpha, i, sa.Loss, sb.Loss)
 			}
 		}
-		if !sameBits(a.State().Params, b.State().Params) {
+		if !slicesEqual(a.State().Params, b.State().Params) {
 			t.Fatalf("alpha %v: the shard's and its samples' trainers differ", alpha)
 		}
 
