@@ -92,9 +92,7 @@ func (d *Dataset) RowTo(dst []float32, i int) {
 		copy(dst, d.X[i*d.Dim:(i+1)*d.Dim])
 		return
 	}
-	for j, b := range d.Pix[i*d.Dim : (i+1)*d.Dim] {
-		dst[j] = pixFloat[b]
-	}
+	scalePix(dst, d.Pix[i*d.Dim:(i+1)*d.Dim])
 }
 
 // RowsTo returns the features of samples lo to hi-1, row-major: a view of X
@@ -105,11 +103,18 @@ func (d *Dataset) RowsTo(dst []float32, lo, hi int) []float32 {
 		return d.X[lo*d.Dim : hi*d.Dim]
 	}
 	pix := d.Pix[lo*d.Dim : hi*d.Dim]
+	scalePix(dst, pix)
+	return dst[:len(pix)]
+}
+
+// scalePix writes the features of pix into dst[:len(pix)]. Slicing dst to
+// pix's length first lets the compiler drop the bounds check in the loop
+// (a third of the time of a row).
+func scalePix(dst []float32, pix []uint8) {
 	dst = dst[:len(pix)]
 	for j, b := range pix {
 		dst[j] = pixFloat[b]
 	}
-	return dst
 }
 
 // Floats returns d itself if it holds floats, else a float copy of it (four
