@@ -155,11 +155,7 @@ func TestChurnReplacesNodesAtTheRate(t *testing.T) {
 			t.Errorf("%d nodes run, want 30 (29 while an event is under way)", len(f.running))
 		}
 		f.mu.Unlock()
-		for _, m := range tn.Members {
-			if !m.exited() {
-				f.exit(m)
-			}
-		}
+		f.exitAll(tn)
 	})
 }
 
@@ -193,11 +189,7 @@ func TestChurnNeverReturnAll(t *testing.T) {
 		if s := tn.Churn(); s.Returns != 0 || s.Newcomers < 20 {
 			t.Errorf("%+v: want only newcomers", s)
 		}
-		for _, m := range tn.Members {
-			if !m.exited() {
-				f.exit(m)
-			}
-		}
+		f.exitAll(tn)
 	})
 }
 
@@ -226,11 +218,7 @@ func TestChurnKillsAndFailedStarts(t *testing.T) {
 		if len(failed) != 1 || failed[0].Index != 7 || !strings.Contains(failed[0].Problem, "exited during start-up") {
 			t.Errorf("failed starts %+v", failed)
 		}
-		for _, m := range tn.Members {
-			if !m.exited() {
-				f.exit(m)
-			}
-		}
+		f.exitAll(tn)
 	})
 }
 
@@ -287,4 +275,13 @@ func TestStartChurnStopsWithTheTestnet(t *testing.T) {
 		}
 		<-all
 	})
+}
+
+// exitAll lets every member still running exit, so the test's bubble ends.
+func (f *fakeNodes) exitAll(tn *Testnet) {
+	for _, m := range tn.Members {
+		if !m.exited() {
+			f.exit(m)
+		}
+	}
 }
