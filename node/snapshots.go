@@ -77,20 +77,8 @@ func (n *Node) SetSnapshots(c SnapshotConfig) error {
 
 // awaitStart holds the caller until the start file exists or ctx ends.
 func (n *Node) awaitStart(ctx context.Context) {
-	if n.snaps.StartFile == "" {
-		return
-	}
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if _, err := os.Stat(n.snaps.StartFile); err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	if n.snaps.StartFile != "" {
+		waitForFile(ctx, n.snaps.StartFile)
 	}
 }
 
