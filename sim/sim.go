@@ -40,6 +40,9 @@ type Point struct {
 	NodeAccuracyMin  float64 `json:"node_accuracy_min"`
 	NodeAccuracyMax  float64 `json:"node_accuracy_max"`
 	NodesScored      int     `json:"nodes_scored"`
+	// Scored is those nodes one by one, in id order: per-node figures
+	// such as each node's first time at a target (Result.TimesToTarget).
+	Scored []NodeScore `json:"scored,omitempty"`
 	// BytesPerNodeS is the model bytes sent since the previous point per
 	// second of live node time (bytes / (mean live nodes * seconds)).
 	BytesPerNodeS float64 `json:"bytes_per_node_s"`
@@ -58,6 +61,14 @@ type Point struct {
 	CatchUps  int64 `json:"catchups"`
 	Exchanges int64 `json:"exchanges"`
 	Failed    int64 `json:"failed_exchanges"`
+}
+
+// NodeScore is one node's own model scored at a point. Node is its id:
+// node i has Slowdowns[i mod len] and trains shard i mod Shards, as node i
+// of a testnet has the i-th slowdown and --shard i/n.
+type NodeScore struct {
+	Node     int     `json:"node"`
+	Accuracy float64 `json:"accuracy"`
 }
 
 // Result is a whole simulated run.
@@ -117,6 +128,25 @@ func (r *Result) Final() Point {
 		return Point{}
 	}
 	return r.Points[len(r.Points)-1]
+}
+
+// TimesToTarget is each node's first time at target, in seconds of
+// virtual time, by node id: the first point at which its own model scored
+// target or more, as a benchmark reads a real node's snapshots. A node
+// never scored at target is absent. Nodes are scored only at points, so
+// a time is at most ReportEvery late, and only those Config.EvalNodes
+// picks are scored: with EvalNodes >= the population, every node at
+// every point.
+func (r *Result) TimesToTarget(target float64) map[int]float64 {
+	out := map[int]float64{}
+	for _, p := range r.Points {
+		for _, s := range p.Scored {
+			if _, ok := out[s.Node]; !ok && s.Accuracy >= target {
+				out[s.Node] = p.T
+			}
+		}
+	}
+	return out
 }
 
 // node is one simulated node: its model, optimizer state, merge core and
