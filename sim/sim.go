@@ -174,6 +174,10 @@ type node struct {
 	last string // previous partner
 
 	stepTime time.Duration
+	// measured: a step of the node has ended, so its pace knows its step
+	// time. A node measures it (samples over busy time, 0 before its first
+	// step ends), and its checkpoint keeps the count: a returner knows it.
+	measured bool
 	perm     []int32
 	at       int // position in perm
 
@@ -459,6 +463,8 @@ func (s *simulation) handle(e event) error {
 		if !current(e.n, e.session) {
 			return nil
 		}
+		// The step before this one, if any, has just ended.
+		e.n.measured = e.n.measured || e.n.steps > 0
 		if err := s.step(e.n); err != nil {
 			return err
 		}
@@ -536,9 +542,15 @@ func (s *simulation) step(n *node) error {
 }
 
 // nextRound schedules n's next round: merge.Pace's wait after the round
-// that ended now, as the node's averager resets its timer.
+// that ended now, as the node's averager resets its timer. Until n's
+// first step has ended the pace does not know its step time: a newcomer's
+// rounds are Pace.Floor apart during its first step, as a node's are.
 func (s *simulation) nextRound(n *node) {
-	s.schedule(s.now+n.pace.Wait(n.stepTime, s.rng.Float64()), evRound, n, nil)
+	var step time.Duration
+	if n.measured {
+		step = n.stepTime
+	}
+	s.schedule(s.now+n.pace.Wait(step, s.rng.Float64()), evRound, n, nil)
 }
 
 // round is one averaging round of n: the partner merge.ChoosePartner

@@ -144,6 +144,29 @@ func TestSimScoresEachNode(t *testing.T) {
 	}
 }
 
+// TestSimPaceBeforeFirstStep: a node's pace does not know its step time
+// until its first step has ended (a node measures it), so during its first
+// step it starts an exchange every avg-interval, and one per step after.
+func TestSimPaceBeforeFirstStep(t *testing.T) {
+	c := small()
+	c.Nodes, c.Duration, c.ReportEvery, c.EvalNodes = 2, 5*time.Second, time.Second, 0
+	c.StepMedian, c.StepSpread = time.Second, 0
+	c.Latency, c.Bandwidth = time.Millisecond, 1e9
+	pts := simulate(t, c).res.Points
+	if len(pts) != 6 {
+		t.Fatalf("points at %v, want every second from 0 to 5", times(pts))
+	}
+	// The first second: rounds 12.5 ms x [0.8, 1.2) apart plus the
+	// exchange's 2 ms, about 70 per node.
+	if first := pts[1].Exchanges; first < 2*50 || first > 2*90 {
+		t.Errorf("%d exchanges in the first step, want about 70 per node (every avg-interval)", first)
+	}
+	// Then one per step: rounds 1 s x [0.8, 1.2) apart.
+	if later := pts[5].Exchanges - pts[1].Exchanges; later < 2*3 || later > 2*6 {
+		t.Errorf("%d exchanges in the next 4 s, want about 4 per node (one per step)", later)
+	}
+}
+
 func times(pts []Point) []float64 {
 	t := make([]float64, len(pts))
 	for i, p := range pts {
