@@ -59,8 +59,8 @@ func agreeSimArgs(out string) []string {
 // time to target is the bench's: every node's own model at the target,
 // the last node's first time there, from the common start (the release of
 // the nodes; virtual time 0), read at instants 250 ms apart both ways.
-// The real run takes about 25 s (5 s to start the nodes, 3 s to settle,
-// the 15 s cap, the scoring), the simulated one about 4 s.
+// The real run takes about 22 s (5 s to start the nodes, 3 s to settle,
+// the 15 s cap, 2 s to score), the simulated one 2 to 3 s.
 func TestE2ESimAgreement(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
