@@ -16,8 +16,9 @@
 // What it models, per node: a step is the trainer's (the next batch of the
 // shard, gradient, SGD with momentum at the learning rate of the run
 // clock) and takes the node's virtual step time; its averager starts a
-// round after merge.Pace's wait and picks a partner among the live nodes
-// it knows with merge.ChoosePartner. An exchange crosses as the gossip
+// round after merge.Pace's wait (with the step time as a node measures
+// it: unknown, so the pace's floor, until its first step has ended) and
+// picks a partner among the live nodes it knows with merge.ChoosePartner. An exchange crosses as the gossip
 // service's does: the request reaches the partner after Latency, which
 // then snapshots its model; each model takes model bytes / Bandwidth to
 // cross, so the partner merges the initiator's model at start + Latency +

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/train"
@@ -34,6 +36,7 @@ func (s *simulation) report() error {
 			if err != nil {
 				return fmt.Errorf("sim: score node %d: %w", s.live[i].id, err)
 			}
+			p.Scored = append(p.Scored, NodeScore{Node: s.live[i].id, Accuracy: r.Accuracy})
 			if p.NodesScored == 0 || r.Accuracy < p.NodeAccuracyMin {
 				p.NodeAccuracyMin = r.Accuracy
 			}
@@ -44,6 +47,7 @@ func (s *simulation) report() error {
 		if p.NodesScored > 0 {
 			p.NodeAccuracyMean /= float64(p.NodesScored)
 		}
+		slices.SortFunc(p.Scored, func(a, b NodeScore) int { return cmp.Compare(a.Node, b.Node) })
 	}
 	s.res.Points = append(s.res.Points, p)
 	s.lastPoint, s.hasPoint = s.now, true

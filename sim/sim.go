@@ -40,6 +40,9 @@ type Point struct {
 	NodeAccuracyMin  float64 `json:"node_accuracy_min"`
 	NodeAccuracyMax  float64 `json:"node_accuracy_max"`
 	NodesScored      int     `json:"nodes_scored"`
+	// Scored is those nodes one by one, in id order: per-node figures
+	// such as each node's first time at a target (Result.TimesToTarget).
+	Scored []NodeScore `json:"scored,omitempty"`
 	// BytesPerNodeS is the model bytes sent since the previous point per
 	// second of live node time (bytes / (mean live nodes * seconds)).
 	BytesPerNodeS float64 `json:"bytes_per_node_s"`
@@ -58,6 +61,14 @@ type Point struct {
 	CatchUps  int64 `json:"catchups"`
 	Exchanges int64 `json:"exchanges"`
 	Failed    int64 `json:"failed_exchanges"`
+}
+
+// NodeScore is one node's own model scored at a point. Node is its id:
+// node i has Slowdowns[i mod len] and trains shard i mod Shards, as node i
+// of a testnet has the i-th slowdown and --shard i/n.
+type NodeScore struct {
+	Node     int     `json:"node"`
+	Accuracy float64 `json:"accuracy"`
 }
 
 // Result is a whole simulated run.
@@ -119,6 +130,25 @@ func (r *Result) Final() Point {
 	return r.Points[len(r.Points)-1]
 }
 
+// TimesToTarget is each node's first time at target, in seconds of
+// virtual time, by node id: the first point at which its own model scored
+// target or more, as a benchmark reads a real node's snapshots. A node
+// never scored at target is absent. Nodes are scored only at points, so
+// a time is at most ReportEvery late, and only those Config.EvalNodes
+// picks are scored: with EvalNodes >= the population, every node at
+// every point.
+func (r *Result) TimesToTarget(target float64) map[int]float64 {
+	out := map[int]float64{}
+	for _, p := range r.Points {
+		for _, s := range p.Scored {
+			if _, ok := out[s.Node]; !ok && s.Accuracy >= target {
+				out[s.Node] = p.T
+			}
+		}
+	}
+	return out
+}
+
 // node is one simulated node: its model, optimizer state, merge core and
 // pace. A node that leaves and will return keeps all of it (its last
 // checkpoint); one that never returns gives its buffers back.
@@ -144,6 +174,10 @@ type node struct {
 	last string // previous partner
 
 	stepTime time.Duration
+	// measured: a step of the node has ended, so its pace knows its step
+	// time. A node measures it (samples over busy time, 0 before its first
+	// step ends), and its checkpoint keeps the count: a returner knows it.
+	measured bool
 	perm     []int32
 	at       int // position in perm
 
@@ -429,6 +463,8 @@ func (s *simulation) handle(e event) error {
 		if !current(e.n, e.session) {
 			return nil
 		}
+		// The step before this one, if any, has just ended.
+		e.n.measured = e.n.measured || e.n.steps > 0
 		if err := s.step(e.n); err != nil {
 			return err
 		}
@@ -506,9 +542,15 @@ func (s *simulation) step(n *node) error {
 }
 
 // nextRound schedules n's next round: merge.Pace's wait after the round
-// that ended now, as the node's averager resets its timer.
+// that ended now, as the node's averager resets its timer. Until n's
+// first step has ended the pace does not know its step time: a newcomer's
+// rounds are Pace.Floor apart during its first step, as a node's are.
 func (s *simulation) nextRound(n *node) {
-	s.schedule(s.now+n.pace.Wait(n.stepTime, s.rng.Float64()), evRound, n, nil)
+	var step time.Duration
+	if n.measured {
+		step = n.stepTime
+	}
+	s.schedule(s.now+n.pace.Wait(step, s.rng.Float64()), evRound, n, nil)
 }
 
 // round is one averaging round of n: the partner merge.ChoosePartner

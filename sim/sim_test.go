@@ -91,6 +91,82 @@ func TestSimSanityNoChurn(t *testing.T) {
 	}
 }
 
+// TestSimScoresEachNode: with EvalNodes covering the population every
+// point lists every node's own accuracy in id order, which NodeAccuracy*
+// summarise, and TimesToTarget reads each node's first point at target.
+func TestSimScoresEachNode(t *testing.T) {
+	c := small()
+	c.Nodes, c.EvalNodes, c.Duration, c.ReportEvery = 4, 4, 10*time.Second, time.Second
+	c.Slowdowns = []float64{1, 2, 4, 8}
+	res := simulate(t, c).res
+	for _, p := range res.Points {
+		if len(p.Scored) != 4 {
+			t.Fatalf("t=%v: %d nodes scored, want all 4", p.T, len(p.Scored))
+		}
+		lo, hi, sum := 1.0, 0.0, 0.0
+		for i, s := range p.Scored {
+			if s.Node != i {
+				t.Fatalf("t=%v: scored %+v, want nodes 0 to 3 in order", p.T, p.Scored)
+			}
+			lo, hi, sum = min(lo, s.Accuracy), max(hi, s.Accuracy), sum+s.Accuracy
+		}
+		if lo != p.NodeAccuracyMin || hi != p.NodeAccuracyMax || math.Abs(sum/4-p.NodeAccuracyMean) > 1e-12 {
+			t.Fatalf("t=%v: scored %+v, but min %v max %v mean %v", p.T, p.Scored, p.NodeAccuracyMin, p.NodeAccuracyMax,
+				p.NodeAccuracyMean)
+		}
+	}
+	// The target is crossed between the first and the last point.
+	target := (res.Points[0].NodeAccuracyMax + res.Final().NodeAccuracyMin) / 2
+	got := res.TimesToTarget(target)
+	if len(got) != 4 {
+		t.Fatalf("times to %.3f: %v, want one per node", target, got)
+	}
+	for id, at := range got {
+		for _, p := range res.Points {
+			acc := p.Scored[id].Accuracy
+			if p.T < at && acc >= target || p.T == at && acc < target {
+				t.Errorf("node %d at %.3f by t=%v, but its time to %.3f is %v", id, acc, p.T, target, at)
+			}
+		}
+	}
+	if got := res.TimesToTarget(1.01); len(got) != 0 {
+		t.Errorf("times to an accuracy above 1: %v, want none", got)
+	}
+	// A node scored at some points only (EvalNodes below the population)
+	// is read at those.
+	r := Result{Points: []Point{
+		{T: 0, Scored: []NodeScore{{0, 0.1}, {1, 0.1}}},
+		{T: 1, Scored: []NodeScore{{1, 0.95}}},
+		{T: 2, Scored: []NodeScore{{0, 0.91}, {1, 0.5}}},
+	}}
+	if got, want := r.TimesToTarget(0.9), map[int]float64{0: 2, 1: 1}; !reflect.DeepEqual(got, want) {
+		t.Errorf("times to 0.9: %v, want %v", got, want)
+	}
+}
+
+// TestSimPaceBeforeFirstStep: a node's pace does not know its step time
+// until its first step has ended (a node measures it), so during its first
+// step it starts an exchange every avg-interval, and one per step after.
+func TestSimPaceBeforeFirstStep(t *testing.T) {
+	c := small()
+	c.Nodes, c.Duration, c.ReportEvery, c.EvalNodes = 2, 5*time.Second, time.Second, 0
+	c.StepMedian, c.StepSpread = time.Second, 0
+	c.Latency, c.Bandwidth = time.Millisecond, 1e9
+	pts := simulate(t, c).res.Points
+	if len(pts) != 6 {
+		t.Fatalf("points at %v, want every second from 0 to 5", times(pts))
+	}
+	// The first second: rounds 12.5 ms x [0.8, 1.2) apart plus the
+	// exchange's 2 ms, about 70 per node.
+	if first := pts[1].Exchanges; first < 2*50 || first > 2*90 {
+		t.Errorf("%d exchanges in the first step, want about 70 per node (every avg-interval)", first)
+	}
+	// Then one per step: rounds 1 s x [0.8, 1.2) apart.
+	if later := pts[5].Exchanges - pts[1].Exchanges; later < 2*3 || later > 2*6 {
+		t.Errorf("%d exchanges in the next 4 s, want about 4 per node (one per step)", later)
+	}
+}
+
 func times(pts []Point) []float64 {
 	t := make([]float64, len(pts))
 	for i, p := range pts {
