@@ -105,6 +105,7 @@ func fakeNode(args []string) int {
 	go func() { _ = http.Serve(l, mux) }()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt)
+	fmt.Printf(`{"event":"api","url":"http://%s"}`+"\n", l.Addr())
 	fmt.Printf(`{"event":"listening","peer_id":%q,"addrs":["/ip4/127.0.0.1/tcp/1/p2p/%s"]}`+"\n", id, id)
 	<-sig
 	acc := 0.9

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -245,7 +244,12 @@ type event struct {
 	Event  string   `json:"event"`
 	PeerID string   `json:"peer_id"`
 	Addrs  []string `json:"addrs"`
+	URL    string   `json:"url"` // of the "api" event
+	API    string   `json:"-"`   // host:port of the API, from the "api" event before "listening"
 }
+
+// apiAddr is the host:port of an "api" event's URL.
+func apiAddr(url string) string { return strings.TrimPrefix(url, "http://") }
 
 // Up starts the nodes: the first is the bootstrap; the others join it, a
 // few at a time (Config.StartParallel).
@@ -383,15 +387,13 @@ type launch struct {
 // start launches a node and waits for its "listening" event.
 func (tn *Testnet) start(ctx context.Context, l launch) (*Member, error) {
 	i := l.index
-	api, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	m := &Member{Index: i, API: api, Slowdown: tn.slowdown(i), Returning: l.returning,
+	m := &Member{Index: i, Slowdown: tn.slowdown(i), Returning: l.returning,
 		DataDir: filepath.Join(tn.cfg.Dir, fmt.Sprintf("node-%d", i)),
 		Log:     filepath.Join(tn.cfg.Dir, fmt.Sprintf("node-%d.log", i)),
 		done:    make(chan struct{}), last: map[string]any{}, target: tn.cfg.Target}
-	args := []string{"node", "--profile", "local", "--json", "--data-dir", m.DataDir, "--api", api,
+	// The node binds a port of its own choosing and says which in its "api"
+	// event: a port picked here and freed for it could be taken first.
+	args := []string{"node", "--profile", "local", "--json", "--data-dir", m.DataDir, "--api", "127.0.0.1:0",
 		"--shard", fmt.Sprintf("%d/%d", i%tn.cfg.Nodes, tn.cfg.Nodes), "--slowdown", strconv.FormatFloat(m.Slowdown, 'g', -1, 64)}
 	for _, b := range l.bootstrap {
 		args = append(args, "--bootstrap", b)
@@ -473,7 +475,11 @@ func (tn *Testnet) start(ctx context.Context, l launch) (*Member, error) {
 	m.PID = cmd.Process.Pid
 	select {
 	case ev := <-listening:
-		m.PeerID, m.Addrs = ev.PeerID, ev.Addrs
+		m.PeerID, m.Addrs, m.API = ev.PeerID, ev.Addrs, ev.API
+		if m.API == "" {
+			_ = cmd.Process.Kill()
+			return m, fmt.Errorf("testnet: node %d did not say where its API is; see %s", i, m.Log)
+		}
 		return m, nil
 	case <-m.done:
 		return m, fmt.Errorf("testnet: node %d exited during start-up; see %s", i, m.Log)
@@ -491,15 +497,20 @@ func (tn *Testnet) start(ctx context.Context, l launch) (*Member, error) {
 func (m *Member) follow(r io.Reader, listening chan<- event) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var api string
 	for sc.Scan() {
 		var raw map[string]any
 		if json.Unmarshal(sc.Bytes(), &raw) != nil {
 			continue
 		}
 		kind, _ := raw["event"].(string)
+		if url, ok := raw["url"].(string); kind == "api" && ok {
+			api = apiAddr(url)
+		}
 		if kind == "listening" {
 			var ev event
 			_ = json.Unmarshal(sc.Bytes(), &ev)
+			ev.API = api
 			select {
 			case listening <- ev:
 			default:
@@ -545,13 +556,22 @@ func field(raw map[string]any, k string) float64 {
 	return v
 }
 
-// tailListening polls a detached node's log for its "listening" event.
+// tailListening polls a detached node's log for its "listening" event
+// (and the "api" event before it).
 func tailListening(ctx context.Context, path string, done <-chan struct{}, out chan<- event) {
 	for {
 		if b, err := os.ReadFile(path); err == nil {
+			var api string
 			for _, line := range strings.Split(string(b), "\n") {
 				var ev event
-				if json.Unmarshal([]byte(line), &ev) == nil && ev.Event == "listening" {
+				if json.Unmarshal([]byte(line), &ev) != nil {
+					continue
+				}
+				if ev.Event == "api" {
+					api = apiAddr(ev.URL)
+				}
+				if ev.Event == "listening" {
+					ev.API = api
 					out <- ev
 					return
 				}
@@ -565,15 +585,6 @@ func tailListening(ctx context.Context, path string, done <-chan struct{}, out c
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // Row is one node's line in the live summary.

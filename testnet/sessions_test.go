@@ -83,6 +83,7 @@ func TestFollowRecordsStartAndTarget(t *testing.T) {
 	m := &Member{target: 0.9, last: map[string]any{}, done: make(chan struct{})}
 	lines := `{"event":"resumed","step":340,"epoch":0,"progress":1200,"elapsed_s":0,"checkpoint":4,"run_samples":51200,"message":"resumed from checkpoint 4"}
 not json
+{"event":"api","url":"http://127.0.0.1:4567","message":"dashboard, REST API and /metrics at http://127.0.0.1:4567"}
 {"event":"listening","peer_id":"12D3KooWx","addrs":["/ip4/127.0.0.1/tcp/1/p2p/12D3KooWx"]}
 {"event":"eval","step":400,"test_accuracy":0.85}
 {"event":"progress","step":410,"loss":0.3}
@@ -93,8 +94,17 @@ not json
 	listening := make(chan event, 1)
 	before := time.Now()
 	m.follow(strings.NewReader(lines), listening)
-	if ev := <-listening; ev.PeerID != "12D3KooWx" {
-		t.Errorf("listening %+v", ev)
+	if ev := <-listening; ev.PeerID != "12D3KooWx" || ev.API != "127.0.0.1:4567" {
+		t.Errorf("listening %+v, want peer 12D3KooWx with its API at 127.0.0.1:4567", ev)
+	}
+	// A detached node's log is read back the same way.
+	log := filepath.Join(t.TempDir(), "node.log")
+	if err := os.WriteFile(log, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tailListening(t.Context(), log, nil, listening)
+	if ev := <-listening; ev.PeerID != "12D3KooWx" || ev.API != "127.0.0.1:4567" {
+		t.Errorf("listening in a log %+v, want peer 12D3KooWx with its API at 127.0.0.1:4567", ev)
 	}
 	if m.first.kind != "resumed" || m.first.step != 340 || m.first.clock != 51200 {
 		t.Errorf("first %+v", m.first)

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -105,49 +104,27 @@ func TestE2ESimAgreement(t *testing.T) {
 }
 
 // agreeRealRun runs the profile with real nodes and returns the run and
-// the samples/s its steps make. A node that lost its API port to another
-// process between the bench picking it and the node binding it fails the
-// start; that run is made again, once.
+// the samples/s its steps make.
 func agreeRealRun(ctx context.Context, t *testing.T) (testnet.Run, float64) {
 	t.Helper()
-	for attempt := 1; ; attempt++ {
-		out := filepath.Join(t.TempDir(), "bench")
-		cmd := exec.CommandContext(ctx, binary, agreeBenchArgs(out)...)
-		b, err := cmd.CombinedOutput()
-		if err != nil {
-			if attempt == 1 && lostPort(string(b)) {
-				t.Logf("a node lost its port at start-up: running again\n%s", tail(string(b), 5))
-				continue
-			}
-			t.Fatalf("meshtrain %s: %v\n%s", strings.Join(agreeBenchArgs(out), " "), err, b)
-		}
-		t.Logf("meshtrain bench:\n%s", tail(strings.TrimSpace(string(b)), 8))
-		res, err := testnet.ReadResultsFile(filepath.Join(out, testnet.ResultsFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(res.Networks) != 1 || len(res.Networks[0].Runs) != 1 {
-			t.Fatalf("want one run on one network, got %d networks", len(res.Networks))
-		}
-		n := res.Networks[0]
-		if r := n.Runs[0]; r.Error != "" {
-			t.Fatalf("the real run failed: %s", r.Error)
-		}
-		return n.Runs[0], n.SoloSamplesPerSSum
+	out := filepath.Join(t.TempDir(), "bench")
+	b, err := exec.CommandContext(ctx, binary, agreeBenchArgs(out)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("meshtrain %s: %v\n%s", strings.Join(agreeBenchArgs(out), " "), err, b)
 	}
-}
-
-var startupLog = regexp.MustCompile(`exited during start-up; see (\S+\.log)`)
-
-// lostPort reports whether a bench failed because a node could not bind
-// the port it was given.
-func lostPort(output string) bool {
-	m := startupLog.FindStringSubmatch(output)
-	if m == nil {
-		return false
+	t.Logf("meshtrain bench:\n%s", tail(strings.TrimSpace(string(b)), 8))
+	res, err := testnet.ReadResultsFile(filepath.Join(out, testnet.ResultsFile))
+	if err != nil {
+		t.Fatal(err)
 	}
-	b, err := os.ReadFile(m[1])
-	return err == nil && strings.Contains(string(b), "address already in use")
+	if len(res.Networks) != 1 || len(res.Networks[0].Runs) != 1 {
+		t.Fatalf("want one run on one network, got %d networks", len(res.Networks))
+	}
+	n := res.Networks[0]
+	if r := n.Runs[0]; r.Error != "" {
+		t.Fatalf("the real run failed: %s", r.Error)
+	}
+	return n.Runs[0], n.SoloSamplesPerSSum
 }
 
 // agreeSimRun runs the profile in the simulator.
