@@ -363,18 +363,20 @@ func (n *Node) Reputation() []reputation.PeerScore {
 	return n.trust.book.Peers(time.Now())
 }
 
-// pubsubOptions count pubsub's bytes into the node's counters and hand
+// pubsubOptions count pubsub's bytes into the node's counters, bound its
+// gossip to a fixed number of peers (gossip.PubsubParams), and hand
 // the reputation to gossipsub as its application score, so a peer we ban
 // is also graylisted on the announce topic. Only the application score
 // counts: every peer of a testnet shares 127.0.0.1, so the IP colocation
 // penalty is off.
 func (n *Node) pubsubOptions() []pubsub.Option {
 	meter := pubsub.WithRawTracer(gossip.NewPubsubMeter(&n.counters))
+	params := pubsub.WithGossipSubParams(gossip.PubsubParams())
 	if n.trust == nil {
-		return []pubsub.Option{meter}
+		return []pubsub.Option{meter, params}
 	}
 	book := n.trust.book
-	return []pubsub.Option{meter, pubsub.WithPeerScore(
+	return []pubsub.Option{meter, params, pubsub.WithPeerScore(
 		&pubsub.PeerScoreParams{
 			AppSpecificScore:  func(p peer.ID) float64 { return book.AppScore(p.String(), time.Now()) },
 			AppSpecificWeight: 1,
