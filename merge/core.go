@@ -58,6 +58,12 @@ type Config struct {
 	// (it never saw our labels); one that points the wrong way scores far
 	// above the honest ones.
 	PeerLossScale float64
+	// OutlierGrace (0: none): a peer's models must keep being outliers
+	// this long before refusing one is held against the peer. Early in a
+	// run every distance is tiny and a peer whose step lands between two
+	// merges is briefly many times farther than the others; an attacker's
+	// models stay far. Refused meanwhile, without a verdict.
+	OutlierGrace time.Duration
 	// Seed seeds the choice of merges validated at random.
 	Seed uint64
 	// NoHoldout: the trainer has no holdout (an external trainer that
@@ -92,6 +98,9 @@ func (c Config) Validate() error {
 		}
 		if !(c.ChanceLoss >= 0) || math.IsInf(c.ChanceLoss, 0) {
 			bad("chance loss %v must be finite and >= 0", c.ChanceLoss)
+		}
+		if c.OutlierGrace < 0 {
+			bad("outlier grace %v must be >= 0", c.OutlierGrace)
 		}
 		if !(c.PeerLossScale >= 0) || math.IsInf(c.PeerLossScale, 1) || (c.PeerLossScale > 0 && c.PeerLossScale < 1) {
 			bad("peer loss scale %v must be 0 (off) or finite and >= 1", c.PeerLossScale)
@@ -159,6 +168,8 @@ type Decision struct {
 	Staleness, Weight, Distance float64
 	// Validated: the holdout was consulted.
 	Validated bool
+	// at is the time of the decision, for Applied.
+	at time.Time
 }
 
 // Input is one remote model to decide on.
@@ -179,13 +190,19 @@ type Input struct {
 // the caller passes the time and the holdout score and performs what the
 // decision says. One goroutine owns it (the node's averager).
 type Core struct {
-	cfg      Config
-	radius   *averaging.Radius
-	spread   peerSpread
+	cfg    Config
+	radius *averaging.Radius
+	spread peerSpread
+	// near holds each peer's latest distance among the merges applied
+	// (before clipping): the clipping radius's second median.
+	near     peerSpread
 	farLoss  peerSpread // the latest holdout loss of each peer's far model
 	accepted map[string]int64
-	rng      *rand.Rand
-	cand     []float32
+	// outlierSince: when each peer's models began to be outliers (while
+	// they still are).
+	outlierSince map[string]time.Time
+	rng          *rand.Rand
+	cand         []float32
 }
 
 // New returns a core, or the Validate error of cfg.
@@ -193,7 +210,7 @@ func New(cfg Config) (*Core, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Core{cfg: cfg, accepted: map[string]int64{}, rng: rand.New(rand.NewPCG(cfg.Seed, 0x7275737421))}
+	c := &Core{cfg: cfg, accepted: map[string]int64{}, outlierSince: map[string]time.Time{}, rng: rand.New(rand.NewPCG(cfg.Seed, 0x7275737421))}
 	if cfg.Trust {
 		r, err := averaging.NewRadius(cfg.Radius)
 		if err != nil {
@@ -239,24 +256,55 @@ func (c *Core) Decide(in Input) Decision {
 	if err != nil {
 		return refuse(RefusedNonFinite, reputation.NonFinite)
 	}
-	d := Decision{Distance: v.Distance}
 	// An outlier by both measures: far beyond what the other peers send now
 	// (peerSpread), and beyond the outlier factor of recent accepted merges
 	// (once the radius has enough of them). Either alone misjudges honest
 	// models: the radius's window when every distance grows at once (a
 	// warmup), the peers' latest distances when most of them happen to be
 	// tiny (peers that just merged with us).
-	if c.spread.outlier(in.Peer, v.Distance, c.radius.Config().OutlierScale, in.Now) && (v.Outlier || math.IsInf(v.Radius, 1)) {
+	rc := c.radius.Config()
+	d := Decision{Distance: v.Distance, at: in.Now}
+	outlier := c.spread.outlier(in.Peer, v.Distance, rc.OutlierScale, in.Now) && (v.Outlier || math.IsInf(v.Radius, 1))
+	// The clipping radius is Scale times the larger of two medians: of the
+	// recent merges' distances (the radius's window), and of the other
+	// peers' distances at their latest merges. The window alone lags when
+	// distances grow (it stores them capped at the radius) and, in a
+	// mixed-speed swarm, is drawn mostly from the many merges with the
+	// peers closest to us, so every merge with a peer further away would
+	// be clipped and barely count. One vote per peer, and only merges
+	// that passed the checks: a peer cannot widen the radius it is
+	// clipped to, nor can models that were refused.
+	radius := v.Radius
+	if med, enough := c.near.median(in.Peer, in.Now); enough {
+		radius = math.Max(radius, rc.Scale*med)
+	}
+	// Both measures misjudge a peer well ahead of us in a mixed-speed
+	// swarm: the slow peers' models sit close to ours (they merge with
+	// each other and have moved little), while the fast peer's has moved
+	// much further. Its model is judged by our holdout instead (ahead).
+	ahead := aheadOf(float64(remote.Progress), float64(in.Local.Progress), c.cfg.CatchUp)
+	if !outlier {
+		delete(c.outlierSince, in.Peer)
+	}
+	if outlier && !ahead {
 		if startingOver(float64(remote.Progress), float64(in.Local.Progress), c.cfg.CatchUp) {
 			// A node that just joined or restarted sends its untrained
 			// model until it has pulled one: refused, not held against it.
 			return with(d, Decision{Reason: RefusedOutlier})
 		}
-		return with(d, refuse(RefusedOutlier, reputation.Outlier))
+		if c.outlierLasted(in.Peer, in.Now) {
+			return with(d, refuse(RefusedOutlier, reputation.Outlier))
+		}
+		// Within the grace: judged by the holdout below like a model
+		// from a peer ahead of us, but never merged.
+	}
+	if outlier && c.cfg.NoHoldout {
+		// Nothing to judge it by: refused, not held against the peer.
+		return with(d, Decision{Reason: RefusedOutlier})
 	}
 	ownLoss := math.NaN() // computed once, if a check needs it
-	clipped := false
-	if v.Clip < 1 {
+	clipped, whole := false, false
+	if v.Distance > radius || outlier {
 		// Far from us: before it is clipped (which alone would let a
 		// model pointing the wrong way pull us a little every time), the
 		// model itself must be plausible: an honest peer's model, however
@@ -273,9 +321,19 @@ func (c *Core) Decide(in Input) Decision {
 				return with(d, refuse(RefusedImplausible, reputation.LossJump))
 			}
 			ownLoss = before
+			// A far model from a peer ahead of us that does better than
+			// ours on our own holdout is what being ahead looks like: it
+			// is merged whole (not clipped to a radius drawn from models
+			// that are all behind it), and its blend must not be worse
+			// than ours. One that does not do better is refused as an
+			// outlier, but not held against the peer.
+			whole = ahead && theirs <= before
+			if outlier && !whole {
+				return with(d, Decision{Reason: RefusedOutlier})
+			}
 		}
-		if in.Standing == reputation.OK {
-			if _, err := averaging.ClipDelta(remote.Params, in.Local.Params, remote.Params, v.Radius); err != nil {
+		if in.Standing == reputation.OK && !whole {
+			if _, err := averaging.ClipDelta(remote.Params, in.Local.Params, remote.Params, radius); err != nil {
 				return with(d, refuse(RefusedNonFinite, reputation.NonFinite))
 			}
 			clipped = true
@@ -295,7 +353,7 @@ func (c *Core) Decide(in Input) Decision {
 	if c.cfg.NoHoldout {
 		return d
 	}
-	if c.accepted[in.Peer] < int64(c.cfg.Probation) || clipped || c.rng.IntN(c.cfg.ValidateEvery) == 0 {
+	if c.accepted[in.Peer] < int64(c.cfg.Probation) || clipped || whole || c.rng.IntN(c.cfg.ValidateEvery) == 0 {
 		d.Validated = true
 		if len(c.cand) != len(in.Local.Params) {
 			c.cand = make([]float32, len(in.Local.Params))
@@ -315,11 +373,31 @@ func (c *Core) Decide(in Input) Decision {
 		if !ok {
 			return with(d, Decision{Reason: RefusedNoHoldout})
 		}
-		if after > ownLoss*(1+c.cfg.LossTolerance)+c.cfg.LossSlack {
+		limit := ownLoss*(1+c.cfg.LossTolerance) + c.cfg.LossSlack
+		if whole {
+			limit = ownLoss + c.cfg.LossSlack
+		}
+		if after > limit {
 			return with(d, Decision{Reason: RefusedBlend})
 		}
 	}
 	return d
+}
+
+// outlierLasted reports whether p's models have been outliers for at least
+// OutlierGrace, noting now as the start if they were not until now.
+func (c *Core) outlierLasted(p string, now time.Time) bool {
+	if c.cfg.OutlierGrace == 0 {
+		return true
+	}
+	since, ok := c.outlierSince[p]
+	if !ok {
+		if len(c.outlierSince) >= maxAccepted {
+			clear(c.outlierSince) // bounded: forgetting only delays verdicts
+		}
+		c.outlierSince[p], since = now, now
+	}
+	return now.Sub(since) >= c.cfg.OutlierGrace
 }
 
 // implausible is the verdict on a far model whose loss on our holdout is
@@ -366,6 +444,9 @@ func (c *Core) Applied(peer string, d Decision) {
 	c.accepted[peer]++
 	if c.radius != nil {
 		c.radius.Observe(d.Distance)
+		if d.Distance > 0 && !d.at.IsZero() {
+			c.near.record(peer, d.Distance, d.at)
+		}
 	}
 }
 

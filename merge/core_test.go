@@ -374,10 +374,10 @@ func TestDecideOutlierNeedsBothMeasures(t *testing.T) {
 	})
 	t.Run("every distance grows 30x: a warmup", func(t *testing.T) {
 		// Three honest peers, whose distances grow 30x within four rounds
-		// (less than OutlierScale per round). The radius's window lags,
-		// since it stores distances capped at the radius: by the last
-		// round 30 is far beyond 20x its median, and only the peers'
-		// latest distances tell that everyone moved.
+		// (3x a round: more than Scale, less than OutlierScale). The
+		// radius's window lags, since it stores distances capped at the
+		// radius: by the last round 30 is far beyond 20x its median, and
+		// only the peers' latest distances tell that everyone moved.
 		c := newCore(t, cfg)
 		warm(t, c, cfg)
 		peers := []string{"a", "b", "c"}
@@ -388,8 +388,16 @@ func TestDecideOutlierNeedsBothMeasures(t *testing.T) {
 				if !got.Merge {
 					t.Fatalf("round %d: honest %s at %v refused: %v", round, p, d, got.Reason)
 				}
-				if d > clipRadius && got.Reason != MergedClipped {
-					t.Errorf("round %d: %s at %v beyond the radius: %v, want clipped", round, p, d, got.Reason)
+				// Beyond the window's radius, a and b are clipped (the
+				// lower median of the other two peers' latest merges is
+				// still last round's distance); c, whose two others both
+				// merged at d, is not: the radius follows the peers.
+				want := Merged
+				if d > clipRadius && p != "c" {
+					want = MergedClipped
+				}
+				if got.Reason != want {
+					t.Errorf("round %d: %s at %v: %v, want %v", round, p, d, got.Reason, want)
 				}
 				c.Applied(p, got)
 			}
@@ -1007,5 +1015,158 @@ func TestDecidePeerLoss(t *testing.T) {
 		if _, err := New(cfg); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("PeerLossScale %v: New gave %v, want ErrBadConfig", bad, err)
 		}
+	}
+}
+
+// TestDecideAheadOfUs: in a mixed-speed swarm the slow peers' models sit
+// close to ours and the fast peer's far away. A far model from a peer well
+// ahead of us that does better than ours on our holdout is merged whole
+// (not clipped, its blend validated); one that does not is refused without
+// a verdict; one that is implausible is still evidence; and the same far
+// model from a peer not ahead is an outlier, as before.
+func TestDecideAheadOfUs(t *testing.T) {
+	const lead = ownProg + catchUp // clamped to this anyway; 1000 > the 500 margin
+	// fast is the fast peer's model: every coordinate at 0.25, at distance
+	// sqrt(32)*0.75 = 4.24 from ours (beyond 20x the other peers' 0.01 and
+	// beyond the radius 2), scoring 32*0.0625 = 2 on our holdout against
+	// our 32. The blend at weight 0.5 (coordinates 0.625) scores 12.5.
+	fast := func() []float32 { return fill(0.25) }
+	farDist := math.Sqrt(dim) * 0.75
+	// slowPeers is a core whose other peers sent models at 0.01 from ours:
+	// they just merged with us. warmRadius also fills the radius's window
+	// with merges at that distance (radius 0.02, outliers beyond 0.2).
+	slowPeers := func(t *testing.T, cfg Config, warmRadius bool) *Core {
+		c := newCore(t, cfg)
+		if warmRadius {
+			for range cfg.Radius.MinSamples {
+				c.Applied("warm", Decision{Merge: true, Distance: 0.01})
+			}
+		}
+		seePeers(t, c, 0.01, t0, "b", "c")
+		return c
+	}
+	whole := Decision{Merge: true, Reason: Merged, HasVerdict: true, Verdict: reputation.Accepted,
+		Weight: weightAt(0), Distance: farDist, Validated: true}
+	for _, warmRadius := range []bool{false, true} {
+		t.Run(fmt.Sprint("warm radius ", warmRadius), func(t *testing.T) {
+			cfg := testConfig()
+			t.Run("ahead and better: merged whole", func(t *testing.T) {
+				c := slowPeers(t, cfg, warmRadius)
+				r := snap(fast(), lead)
+				checkDecision(t, c.Decide(Input{Peer: "fast", Local: local(), Remote: r, Now: t0, Loss: goodLoss}), whole)
+				if !slices.Equal(r.Params, fast()) {
+					t.Errorf("the model was changed (clipped?): %v", r.Params[:3])
+				}
+			})
+			t.Run("not ahead: an outlier", func(t *testing.T) {
+				c := slowPeers(t, cfg, warmRadius)
+				got := c.Decide(Input{Peer: "fast", Local: local(), Remote: snap(fast(), ownProg+catchUp/2), Now: t0, Loss: goodLoss})
+				checkDecision(t, got, Decision{Reason: RefusedOutlier, HasVerdict: true, Verdict: reputation.Outlier, Distance: farDist})
+			})
+			t.Run("ahead, not better: refused without a verdict", func(t *testing.T) {
+				c := slowPeers(t, cfg, warmRadius)
+				// fill(1.5): distance 2.83, loss 72 (2.25x ours: plausible).
+				got := c.Decide(Input{Peer: "fast", Local: local(), Remote: snap(fill(1.5), lead), Now: t0, Loss: goodLoss})
+				checkDecision(t, got, Decision{Reason: RefusedOutlier, Distance: math.Sqrt(dim) * 0.5, Validated: true})
+			})
+			t.Run("ahead, implausible: evidence", func(t *testing.T) {
+				c := slowPeers(t, cfg, warmRadius)
+				// fill(-5): loss 800, 25x ours.
+				got := c.Decide(Input{Peer: "fast", Local: local(), Remote: snap(fill(-5), lead), Now: t0, Loss: goodLoss})
+				checkDecision(t, got, Decision{Reason: RefusedImplausible, HasVerdict: true, Verdict: reputation.LossJump,
+					Distance: math.Sqrt(dim) * 6, Validated: true})
+			})
+			t.Run("ahead and better, blend worse than ours: refused", func(t *testing.T) {
+				c := slowPeers(t, cfg, warmRadius)
+				// A holdout on which both ends score well and their midpoint
+				// badly: the blend must be no worse than ours, not within
+				// the tolerance that other merges get.
+				bowl := func(w []float32) (float64, bool, error) {
+					if w[0] == 1 || w[0] == 0.25 {
+						return 1, true, nil
+					}
+					return 1.5, true, nil
+				}
+				got := c.Decide(Input{Peer: "fast", Local: local(), Remote: snap(fast(), lead), Now: t0, Loss: bowl})
+				checkDecision(t, got, Decision{Reason: RefusedBlend, Distance: farDist, Validated: true})
+			})
+			t.Run("no holdout: refused without a verdict", func(t *testing.T) {
+				cfg := cfg
+				cfg.NoHoldout = true
+				c := slowPeers(t, cfg, warmRadius)
+				got := c.Decide(Input{Peer: "fast", Local: local(), Remote: snap(fast(), lead), Now: t0})
+				checkDecision(t, got, Decision{Reason: RefusedOutlier, Distance: farDist})
+			})
+		})
+	}
+	t.Run("ahead and better within the outlier test: not clipped", func(t *testing.T) {
+		cfg := testConfig()
+		c := warmCore(t, cfg) // peers at 1: 4.24 is beyond the radius 2, not an outlier
+		r := snap(fast(), lead)
+		checkDecision(t, c.Decide(Input{Peer: "fast", Local: local(), Remote: r, Now: t0, Loss: goodLoss}), whole)
+		// The same model not ahead is clipped, as before.
+		r = snap(fast(), ownProg)
+		got := c.Decide(Input{Peer: "fast", Local: local(), Remote: r, Now: t0, Loss: goodLoss})
+		checkDecision(t, got, Decision{Merge: true, Reason: MergedClipped, HasVerdict: true, Verdict: reputation.Clipped,
+			Weight: weightAt(0), Distance: farDist, Validated: true})
+	})
+}
+
+// TestAheadOf pins the margin: more than 10% of our progress, or more than
+// half the catch-up threshold where that is less.
+func TestAheadOf(t *testing.T) {
+	for _, tc := range []struct {
+		p, own, catchUp float64
+		want            bool
+	}{
+		{1100, 1000, 0, false},
+		{1101, 1000, 0, true},
+		{1101, 1000, 60000, true},
+		{1050, 1000, 100, false},
+		{1051, 1000, 100, true},
+		{1e6 + 30001, 1e6, 60000, true},
+		{1e6 + 30000, 1e6, 60000, false},
+		{1, 0, 60000, true},
+		{0, 0, 60000, false},
+		{900, 1000, 60000, false},
+	} {
+		if got := aheadOf(tc.p, tc.own, tc.catchUp); got != tc.want {
+			t.Errorf("aheadOf(%v, %v, %v) = %v, want %v", tc.p, tc.own, tc.catchUp, got, tc.want)
+		}
+	}
+}
+
+// TestDecideOutlierGrace: with OutlierGrace, a peer's plausible outliers
+// are refused without a verdict until its models have been outliers that
+// long; a model that is not an outlier starts the count again, each peer
+// has its own, and an implausible outlier is evidence at once.
+func TestDecideOutlierGrace(t *testing.T) {
+	cfg := testConfig()
+	cfg.OutlierGrace = 2 * time.Second
+	c := warmCore(t, cfg)
+	decide := func(p string, d float32, at time.Duration, loss lossFunc) Decision {
+		return c.Decide(Input{Peer: p, Local: local(), Remote: snap(moved(d), ownProg), Now: t0.Add(at), Loss: loss})
+	}
+	// constLoss: every model scores alike, so an outlier is plausible.
+	quiet := Decision{Reason: RefusedOutlier, Distance: 49, Validated: true}
+	evidence := Decision{Reason: RefusedOutlier, HasVerdict: true, Verdict: reputation.Outlier, Distance: 49}
+	checkDecision(t, decide("x", 49, 0, constLoss), quiet)
+	checkDecision(t, decide("x", 49, 1999*time.Millisecond, constLoss), quiet)
+	checkDecision(t, decide("y", 49, 1999*time.Millisecond, constLoss), quiet) // y's count starts now
+	checkDecision(t, decide("x", 49, 2*time.Second, constLoss), evidence)
+	checkDecision(t, decide("x", 49, 3*time.Second, constLoss), evidence)
+	if got := decide("x", -1, 3500*time.Millisecond, constLoss); !got.Merge {
+		t.Fatalf("x's model within the spread: %+v, want merged", got)
+	}
+	checkDecision(t, decide("x", 49, 4*time.Second, constLoss), quiet) // counted afresh
+	checkDecision(t, decide("x", 49, 6*time.Second, constLoss), evidence)
+	checkDecision(t, decide("y", 49, 3999*time.Millisecond, constLoss), evidence)
+	// goodLoss: the model at 49 scores 31+50^2, far above 10x ours.
+	checkDecision(t, decide("z", 49, 0, goodLoss),
+		Decision{Reason: RefusedImplausible, HasVerdict: true, Verdict: reputation.LossJump, Distance: 49, Validated: true})
+
+	cfg.OutlierGrace = -time.Second
+	if _, err := New(cfg); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("OutlierGrace -1s: New gave %v, want ErrBadConfig", err)
 	}
 }

@@ -1,6 +1,9 @@
 package merge
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // Candidate is a fresh peer in good standing that trains our model in our
 // mode, as its latest announcement describes it.
@@ -62,4 +65,21 @@ func ChoosePartner(cands []Candidate, own float64, last string, catchUp float64,
 // pull a model): more than catchUp behind and under half of own.
 func startingOver(p, own, catchUp float64) bool {
 	return catchUp > 0 && own-p > catchUp && p < own/2
+}
+
+// aheadMargin: a peer is ahead of us when its progress exceeds ours by more
+// than this fraction (or by more than half the catch-up threshold, whichever
+// is less: a claim is clamped to that threshold above ours). Merges mix
+// progress as they mix models, so peers of equal speed stay within a few
+// percent of each other; a faster one leads by more.
+const aheadMargin = 0.1
+
+// aheadOf reports whether progress p is ahead of ours (own), with the
+// catch-up threshold catchUp (0: none).
+func aheadOf(p, own, catchUp float64) bool {
+	lead := aheadMargin * own
+	if catchUp > 0 {
+		lead = math.Min(lead, catchUp/2)
+	}
+	return p-own > lead
 }

@@ -51,12 +51,25 @@ func (s *peerSpread) outlier(p string, d, scale float64, now time.Time) bool {
 // file to compare with (a value that is not a finite number >= 0 is an
 // outlier either way).
 func (s *peerSpread) compare(p string, d, scale float64, now time.Time) (out, enough bool) {
+	med, enough := s.observe(p, d, now)
 	if !(d >= 0) || math.IsInf(d, 1) {
-		return true, false
+		return true, enough
 	}
-	if s.latest == nil {
-		s.latest = map[string]spreadEntry{}
-	}
+	return enough && d > scale*med, enough
+}
+
+// observe returns the median of the other peers' latest values (enough:
+// at least spreadMinPeers of them), then records d as p's latest if it is
+// a finite number >= 0.
+func (s *peerSpread) observe(p string, d float64, now time.Time) (median float64, enough bool) {
+	median, enough = s.median(p, now)
+	s.record(p, d, now)
+	return median, enough
+}
+
+// median returns the median of the latest values of the peers other than
+// p (enough: at least spreadMinPeers of them), dropping expired ones.
+func (s *peerSpread) median(p string, now time.Time) (median float64, enough bool) {
 	others := make([]float64, 0, len(s.latest))
 	for q, e := range s.latest {
 		switch {
@@ -66,12 +79,21 @@ func (s *peerSpread) compare(p string, d, scale float64, now time.Time) (out, en
 			others = append(others, e.d)
 		}
 	}
-	enough = len(others) >= spreadMinPeers
-	out = enough && d > scale*Median(others)
+	return Median(others), len(others) >= spreadMinPeers
+}
+
+// record sets p's latest value to d if d is a finite number >= 0 (and the
+// table has room or already holds p).
+func (s *peerSpread) record(p string, d float64, now time.Time) {
+	if !(d >= 0) || math.IsInf(d, 1) {
+		return
+	}
+	if s.latest == nil {
+		s.latest = map[string]spreadEntry{}
+	}
 	if _, ok := s.latest[p]; ok || len(s.latest) < spreadMaxPeers {
 		s.latest[p] = spreadEntry{d: d, at: now}
 	}
-	return out, enough
 }
 
 // Median of xs (the lower middle for an even count); 0 for none. xs is

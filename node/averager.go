@@ -226,9 +226,16 @@ func (a *averager) judged(from peer.ID, d merge.Decision) {
 // to the live model.
 func (a *averager) merge(from peer.ID, remote params.Snapshot, inbound bool) {
 	n := a.n
-	d := a.core.Decide(a.input(from, &remote))
+	in := a.input(from, &remote)
+	d := a.core.Decide(in)
 	a.judged(from, d)
 	if !d.Merge {
+		if d.HasVerdict {
+			radius, median := a.core.Radius()
+			n.log.Debug("model refused", "peer", from, "reason", d.Reason.String(), "distance", d.Distance,
+				"radius", radius, "median_distance", median, "progress", float64(remote.Progress),
+				"our_progress", float64(in.Local.Progress))
+		}
 		return
 	}
 	mix := func(w, mom []float32, p *params.Progress) error {

@@ -55,6 +55,9 @@ type TrustConfig struct {
 	// model is implausible only above this many times the median of their
 	// losses (merge.Config.PeerLossScale; 0: off).
 	PeerLossScale float64
+	// OutlierGrace: how long a peer's models must keep being outliers
+	// before refusing them counts against it (merge.Config.OutlierGrace).
+	OutlierGrace time.Duration
 }
 
 // DefaultTrustConfig is on, tuned so that honest peers with label-skewed
@@ -83,6 +86,7 @@ func DefaultTrustConfig() TrustConfig {
 		LossSlack:       0.05,
 		PlausibleFactor: 10,
 		PeerLossScale:   3,
+		OutlierGrace:    2 * time.Second,
 	}
 }
 
@@ -174,7 +178,7 @@ func mergeConfig(c Config, tr Trainer, trusting bool) merge.Config {
 	t := c.Trust
 	return merge.Config{Merger: c.Merger, Batch: c.Train.Batch, CatchUp: c.CatchUp, Trust: trusting, Radius: t.Radius,
 		Probation: t.Probation, ValidateEvery: t.ValidateEvery, LossTolerance: t.LossTolerance, LossSlack: t.LossSlack,
-		PlausibleFactor: t.PlausibleFactor, PeerLossScale: t.PeerLossScale, ChanceLoss: chanceLoss(tr), Seed: c.Train.Seed, NoHoldout: !hasHoldout(tr)}
+		PlausibleFactor: t.PlausibleFactor, PeerLossScale: t.PeerLossScale, OutlierGrace: t.OutlierGrace, ChanceLoss: chanceLoss(tr), Seed: c.Train.Seed, NoHoldout: !hasHoldout(tr)}
 }
 
 // HoldoutReporter is implemented by a trainer that may have no holdout

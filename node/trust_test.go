@@ -48,6 +48,13 @@ func trustNode(t *testing.T, st store.Store) *Node {
 	if mc.PeerLossScale != cfg.Trust.PeerLossScale || mc.PeerLossScale == 0 {
 		t.Fatalf("merge config: peer loss scale %v, want the trust config's %v (on by default)", mc.PeerLossScale, cfg.Trust.PeerLossScale)
 	}
+	if mc.OutlierGrace != cfg.Trust.OutlierGrace || mc.OutlierGrace == 0 {
+		t.Fatalf("merge config: outlier grace %v, want the trust config's %v (on by default)", mc.OutlierGrace, cfg.Trust.OutlierGrace)
+	}
+	// The exchanges here come back to back, within any grace: outlier
+	// verdicts count from the first (merge.TestDecideOutlierGrace pins the
+	// grace itself).
+	mc.OutlierGrace = 0
 	core, err := merge.New(mc)
 	if err != nil {
 		t.Fatal(err)

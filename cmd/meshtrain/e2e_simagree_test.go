@@ -21,10 +21,11 @@ import (
 // The profile the simulator is checked against real nodes on
 // (docs/scale.md, "The simulator against real nodes"): 4 softmax nodes
 // stepping every 100, 200, 400 and 800 ms (base step 50 ms times 2, 4, 8
-// and 16), the node's defaults otherwise but the trust checks, which the
-// simulator does not model. A real node at slowdown 1 is not paced at all
-// (it steps at full speed whatever --base-step says), hence no 1 in the
-// list.
+// and 16), the node's defaults otherwise. The real nodes run the trust
+// checks (on by default), which the simulator does not model: they must
+// not slow an honest mixed-speed swarm, nor make its nodes ignore each
+// other. A real node at slowdown 1 is not paced at all (it steps at full
+// speed whatever --base-step says), hence no 1 in the list.
 const (
 	agreeTarget    = 0.88
 	agreeSlowdowns = "2,4,8,16"
@@ -41,7 +42,7 @@ const (
 func agreeBenchArgs(out string) []string {
 	return []string{"bench", "--nodes", "4", "--slowdowns", agreeSlowdowns, "--base-step", agreeBaseStep,
 		"--model", "softmax", "--target", fmt.Sprint(agreeTarget), "--modes", "gossip", "--seeds", "1", "--cap", agreeCap,
-		"--out", out, "--", "--trust=false"}
+		"--out", out}
 }
 
 // agreeSimArgs is the same swarm in the simulator: every node scored
@@ -64,7 +65,7 @@ func TestE2ESimAgreement(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	began := time.Now()
-	run, solo := agreeRealRun(ctx, t)
+	run, solo, out := agreeRealRun(ctx, t)
 	realBy := time.Since(began)
 	simRes := agreeSimRun(ctx, t)
 	t.Logf("wall time: real run %.1f s, simulation %.1f s", realBy.Seconds(), (time.Since(began) - realBy).Seconds())
@@ -77,6 +78,7 @@ func TestE2ESimAgreement(t *testing.T) {
 		t.Fatalf("the real nodes trained %.0f samples/s, below 90%% of the %.0f their steps make: the machine is too busy "+
 			"for the comparison", run.SamplesPerS, solo)
 	}
+	checkNoneIgnored(t, filepath.Join(out, "work", "run-gossip-s1-lr0.1"))
 	if run.TimeToTargetS == nil {
 		t.Fatalf("the real nodes did not all reach %.0f%% within %s: per node %v", 100*agreeTarget, agreeCap,
 			fmtTimes(run.NodeTimeToTargetS))
@@ -103,9 +105,9 @@ func TestE2ESimAgreement(t *testing.T) {
 	}
 }
 
-// agreeRealRun runs the profile with real nodes and returns the run and
-// the samples/s its steps make.
-func agreeRealRun(ctx context.Context, t *testing.T) (testnet.Run, float64) {
+// agreeRealRun runs the profile with real nodes and returns the run, the
+// samples/s its steps make and the bench's output directory.
+func agreeRealRun(ctx context.Context, t *testing.T) (testnet.Run, float64, string) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "bench")
 	b, err := exec.CommandContext(ctx, binary, agreeBenchArgs(out)...).CombinedOutput()
@@ -124,7 +126,54 @@ func agreeRealRun(ctx context.Context, t *testing.T) (testnet.Run, float64) {
 	if r := n.Runs[0]; r.Error != "" {
 		t.Fatalf("the real run failed: %s", r.Error)
 	}
-	return n.Runs[0], n.SoloSamplesPerSSum
+	return n.Runs[0], n.SoloSamplesPerSSum, out
+}
+
+// checkNoneIgnored reads every node's final event in dir and fails the
+// test if a node refused models because it ignored, disconnected or
+// banned a peer: every peer here is honest.
+func checkNoneIgnored(t *testing.T, dir string) {
+	t.Helper()
+	logs, err := filepath.Glob(filepath.Join(dir, "node-*.log"))
+	if err != nil || len(logs) != 4 {
+		t.Fatalf("node logs in %s: %v (%v)", dir, logs, err)
+	}
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var final struct {
+			Event  string `json:"event"`
+			Status struct {
+				Trust struct {
+					Enabled bool           `json:"enabled"`
+					Refused map[string]int `json:"refused"`
+					Clipped int            `json:"clipped"`
+					Banned  int            `json:"banned"`
+				} `json:"trust"`
+			} `json:"status"`
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if strings.Contains(line, `"event":"final"`) {
+				if err := json.Unmarshal([]byte(line), &final); err != nil {
+					t.Fatalf("%s: final event: %v", l, err)
+				}
+			}
+		}
+		tr := final.Status.Trust
+		switch {
+		case final.Event != "final":
+			t.Errorf("%s: no final event", filepath.Base(l))
+		case !tr.Enabled:
+			t.Errorf("%s: trust checks off; the profile runs the node's defaults", filepath.Base(l))
+		case tr.Refused["ignored"] > 0 || tr.Banned > 0:
+			t.Errorf("%s: an honest peer was held out: %d models refused from ignored or banned peers, %d peers banned "+
+				"(refused %v)", filepath.Base(l), tr.Refused["ignored"], tr.Banned, tr.Refused)
+		default:
+			t.Logf("%s: trust refused %v, clipped %d", filepath.Base(l), tr.Refused, tr.Clipped)
+		}
+	}
 }
 
 // agreeSimRun runs the profile in the simulator.
