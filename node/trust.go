@@ -120,6 +120,9 @@ func (c TrustConfig) Validate() error {
 	if !(c.LossTolerance >= 0 && c.LossTolerance < math.Inf(1)) || !(c.LossSlack >= 0 && c.LossSlack < math.Inf(1)) {
 		errs = append(errs, fmt.Errorf("loss tolerance %v + %v: must be finite and >= 0", c.LossTolerance, c.LossSlack))
 	}
+	if c.OutlierGrace < 0 {
+		errs = append(errs, fmt.Errorf("outlier grace %v: must be >= 0", c.OutlierGrace))
+	}
 	return errors.Join(errs...)
 }
 

@@ -235,10 +235,10 @@ func TestTrustConfigValidate(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	c.Holdout, c.ValidateEvery, c.LossTolerance, c.PeerLossScale = 1, 0, math.NaN(), 0.5
+	c.Holdout, c.ValidateEvery, c.LossTolerance, c.PeerLossScale, c.OutlierGrace = 1, 0, math.NaN(), 0.5, -time.Second
 	c.Reputation.BanBelow = 5
 	err := c.Validate()
-	for _, want := range []string{"holdout", "validate-every", "loss tolerance", "BanBelow", "peer loss scale"} {
+	for _, want := range []string{"holdout", "validate-every", "loss tolerance", "BanBelow", "peer loss scale", "outlier grace"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %s", err, want)
 		}
