@@ -1170,3 +1170,36 @@ func TestDecideOutlierGrace(t *testing.T) {
 		t.Errorf("OutlierGrace -1s: New gave %v, want ErrBadConfig", err)
 	}
 }
+
+// TestClipRadiusFollowsPeers: the clipping radius is Scale times the larger
+// of the window's median and the median of the other peers' distances at
+// their latest applied merges; a peer's own merges never widen the radius
+// it is judged by.
+func TestClipRadiusFollowsPeers(t *testing.T) {
+	cfg := testConfig()
+	c := newCore(t, cfg)
+	warm(t, c, cfg) // window median 1: radius 2
+	for _, p := range []string{"a", "b"} {
+		c.Applied(p, Decision{Merge: true, Distance: 10, at: t0})
+	}
+	if r, m := c.Radius(); r != clipRadius || m != radiusMed {
+		t.Fatalf("window radius %v median %v after two merges at 10, want %v and %v", r, m, clipRadius, radiusMed)
+	}
+	decide := func(p string) Decision {
+		return c.Decide(Input{Peer: p, Local: local(), Remote: snap(moved(15), ownProg), Now: t0.Add(time.Second), Loss: constLoss})
+	}
+	// c's others are a and b at 10: radius 20, so 15 is merged as sent.
+	if got := decide("c"); got.Reason != Merged {
+		t.Errorf("c at 15 with two other peers merged at 10: %v, want merged unclipped", got.Reason)
+	}
+	// a's only other is b (and c, which was never applied): too few, so
+	// the window's radius 2 applies and 15 is clipped.
+	if got := decide("a"); got.Reason != MergedClipped {
+		t.Errorf("a at 15 with one other peer on file: %v, want clipped to the window's radius", got.Reason)
+	}
+	// Past the spread's TTL the peers' distances no longer count.
+	got := c.Decide(Input{Peer: "c", Local: local(), Remote: snap(moved(15), ownProg), Now: t0.Add(spreadTTL + 2*time.Second), Loss: constLoss})
+	if got.Reason != MergedClipped {
+		t.Errorf("c at 15 after the others' merges expired: %v, want clipped", got.Reason)
+	}
+}
