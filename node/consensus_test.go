@@ -86,7 +86,7 @@ func runSwarm(t *testing.T, mode node.Mode, n int) swarmRun {
 			cfg.Host.Bootstrap = bootstrapOff(t, nodes[0].Node)
 		}
 		if mode == node.ModeLocal {
-			cfg.Train.Slowdown = 1
+			cfg.Train.Slowdown, cfg.Train.BaseStep = 1, 0 // unpaced
 		}
 		nodes[i] = newMeshNode(t, cfg, nil)
 		// The final accuracy is all this test reads; evaluations during
@@ -175,7 +175,7 @@ func referenceNode(t *testing.T) float64 {
 	cfg := swarmConfig(node.ModeLocal, 0, 1)
 	cfg.Offline = true
 	cfg.Train.Shard = "all"
-	cfg.Train.Slowdown = 1
+	cfg.Train.Slowdown, cfg.Train.BaseStep = 1, 0 // unpaced
 	ref := newMeshNode(t, cfg, nil)
 	ref.start(t)
 	return ref.wait(t).TestAccuracy

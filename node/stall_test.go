@@ -101,7 +101,7 @@ func (s *staller) stalled(t *testing.T) {
 func TestStalledPartnerTimesOut(t *testing.T) {
 	checkGoroutines(t)
 	cfg := meshConfig("stall")
-	cfg.Train.Slowdown = 1 // steps back to back, no emulated sleep
+	cfg.Train.Slowdown, cfg.Train.BaseStep = 1, 0 // steps back to back, no emulated sleep
 	cfg.Exchange.ChunkTimeout = 300 * time.Millisecond
 	cfg.Exchange.ExchangeTimeout = time.Second
 	cfg.ExchangeTimeout = time.Second

@@ -52,7 +52,8 @@ type Config struct {
 	// fingerprint (params.RunFingerprint); "" for none. At most 256 bytes.
 	Run string
 	// Slowdown makes every step last Slowdown × the base step time by
-	// sleeping until that deadline; 1 means full speed. In [1, 1000].
+	// sleeping until that deadline. 1 with no BaseStep means full speed; 1
+	// with a BaseStep makes every step last at least BaseStep. In [1, 1000].
 	Slowdown float64
 	// BaseStep is the solo step time Slowdown multiplies; 0 means measure it
 	// when the trainer is built (the median of CalibrationSteps steps on a

@@ -243,8 +243,9 @@ func (t *Trainer) gather(pos int) int {
 }
 
 // Step runs one training step: the next batch of the shard (reshuffled every
-// epoch), forward and backward, the SGD update, then, with Slowdown > 1, a
-// sleep until Slowdown × the base step time has passed since the step began.
+// epoch), forward and backward, the SGD update, then, when steps are paced
+// (a base step given, or Slowdown > 1), a sleep until Slowdown × the base
+// step time has passed since the step began.
 // ctx cancels that sleep; the update has then already been applied and Step
 // returns its stats with ctx's error. Call Step from one goroutine only.
 func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
@@ -346,9 +347,11 @@ func (t *Trainer) scale() float64 {
 	return 1
 }
 
-// stepTarget is how long a step must last under Slowdown (0: no emulation).
+// stepTarget is how long a step must last under Slowdown (0: no emulation):
+// Slowdown × the base step, given or calibrated. With no base step (Slowdown
+// 1 and none given) steps run back to back.
 func (t *Trainer) stepTarget() time.Duration {
-	if t.cfg.Slowdown <= 1 {
+	if t.base == 0 {
 		return 0
 	}
 	return time.Duration(t.cfg.Slowdown * float64(t.base))

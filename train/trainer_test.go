@@ -439,6 +439,32 @@ func TestSlowdownStretchesSteps(t *testing.T) {
 	}
 }
 
+// A base step given with a slowdown of 1 paces every step to it (a
+// testnet of equal nodes at a chosen speed); with none, steps run back to
+// back.
+func TestBaseStepPacesSlowdownOne(t *testing.T) {
+	trainSet, _ := splitSynthetic(t, 200)
+	c := testConfig("softmax")
+	c.Slowdown = 1
+	c.BaseStep = 10 * time.Millisecond
+	clk := &fakeClock{now: time.Unix(0, 0), inc: []time.Duration{0, 2 * time.Millisecond, 0, 0}}
+	tr, err := newTrainer(c, trainSet, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := tr.Step(context.Background()); err != nil || len(clk.slept) != 1 || clk.slept[0] != 8*time.Millisecond || st.Busy != 10*time.Millisecond {
+		t.Fatalf("slept %v, busy %v (%v); want 2ms + 8ms = the 10ms base step", clk.slept, st.Busy, err)
+	}
+	c.BaseStep = 0
+	clk = &fakeClock{now: time.Unix(0, 0), inc: []time.Duration{0, 2 * time.Millisecond, 0, 0}}
+	if tr, err = newTrainer(c, trainSet, clk); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := tr.Step(context.Background()); err != nil || len(clk.slept) != 0 || st.Busy != 2*time.Millisecond {
+		t.Fatalf("unpaced: slept %v, busy %v (%v); want no sleep", clk.slept, st.Busy, err)
+	}
+}
+
 func TestCalibrationTakesMedianAndKeepsModel(t *testing.T) {
 	trainSet, _ := splitSynthetic(t, 200)
 	c := testConfig("mlp:8")

@@ -24,8 +24,7 @@ import (
 // and 16), the node's defaults otherwise. The real nodes run the trust
 // checks (on by default), which the simulator does not model: they must
 // not slow an honest mixed-speed swarm, nor make its nodes ignore each
-// other. A real node at slowdown 1 is not paced at all (it steps at full
-// speed whatever --base-step says), hence no 1 in the list.
+// other.
 const (
 	agreeTarget    = 0.88
 	agreeSlowdowns = "2,4,8,16"

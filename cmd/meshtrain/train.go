@@ -52,7 +52,7 @@ func (f *trainFlags) register(fs *flag.FlagSet, c node.Config) {
 		"data shard: all, i/n (0-based), or auto[:N]: the one of N shards (default 8) the peer ID picks (the default of meshtrain node --profile public)")
 	fs.Float64Var(&f.cfg.Alpha, "non-iid", 0, "Dirichlet alpha for label-skewed shards (0: iid)")
 	fs.Float64Var(&f.cfg.Slowdown, "slowdown", d.Slowdown, "emulate hardware F times slower: each step lasts F x the base step time")
-	fs.DurationVar(&f.baseStep, "base-step", 0, "base step time for --slowdown (0: calibrate at start)")
+	fs.DurationVar(&f.baseStep, "base-step", 0, "base step time for --slowdown (0: calibrate at start when --slowdown is above 1; given, even --slowdown 1 paces every step to it)")
 	fs.IntVar(&f.threads, "threads", 0, "cores to use (0: all)")
 }
 
