@@ -324,9 +324,10 @@ func TestE2EPyTorchResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "n", "trainer.sock")
+	apiAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	startNode := func() *exec.Cmd {
 		cmd := exec.CommandContext(ctx, binary, "node", "--trainer", "external", "--data-dir", filepath.Join(dir, "n"),
-			"--listen", "/ip4/127.0.0.1/tcp/0", "--api", "", "--epochs", "0", "--schedule", "const", "--checkpoint-every", "200ms")
+			"--listen", "/ip4/127.0.0.1/tcp/0", "--api", apiAddr, "--epochs", "0", "--schedule", "const", "--checkpoint-every", "200ms")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -363,8 +364,19 @@ func TestE2EPyTorchResume(t *testing.T) {
 	if !strings.Contains(out, "first: pushed and refused as expected") {
 		t.Fatalf("first trainer: %v\n%s", err, out)
 	}
-	// Let a checkpoint of the pushed state land, then kill the node.
-	time.Sleep(time.Second)
+	// Wait until the store has committed a checkpoint of the pushed state
+	// (all 30 steps; the refused pushes changed nothing), then kill the
+	// node. A fixed wait is not enough on a loaded machine.
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		st, err := statusOf(ctx, apiAddr)
+		if err == nil && st.LastCheckpoint != nil && st.LastCheckpoint.Step >= 30 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint of the pushed state within 60 s (status %+v, error %v)", st.LastCheckpoint, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err := n1.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
