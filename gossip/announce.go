@@ -290,14 +290,17 @@ func (t *peerTable) count(now time.Time) int {
 }
 
 // freshPeers returns copies of the peers seen within their fresh window,
-// ordered by peer ID so callers see a stable order.
-func (t *peerTable) freshPeers(now time.Time) []PeerInfo {
+// ordered by peer ID so callers see a stable order; with shareAddrs, each
+// copy's Addrs is the table's own slice, which callers must not modify.
+func (t *peerTable) freshPeers(now time.Time, shareAddrs bool) []PeerInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]PeerInfo, 0, len(t.peers))
 	for _, pi := range t.peers {
 		if now.Sub(pi.SeenAt) <= t.freshFor(pi) {
-			pi.Addrs = slices.Clone(pi.Addrs)
+			if !shareAddrs {
+				pi.Addrs = slices.Clone(pi.Addrs)
+			}
 			out = append(out, pi)
 		}
 	}

@@ -191,16 +191,21 @@ func TestPeerTableFloodAndFreshness(t *testing.T) {
 	older := a
 	older.Step, older.TimeMs = 1, a.TimeMs-1000
 	tab.observe(older, t0.Add(time.Second)) // reordered: must not replace
-	fresh := tab.freshPeers(t0.Add(2 * time.Second))
+	fresh := tab.freshPeers(t0.Add(2*time.Second), false)
 	if len(fresh) != 2 || fresh[0].Step != 120 {
 		t.Fatalf("fresh at +2s: %+v", fresh)
 	}
+	shared := tab.freshPeers(t0.Add(2*time.Second), true)
+	if len(shared) != 2 || shared[0].Peer != fresh[0].Peer || shared[1].Peer != fresh[1].Peer ||
+		!slices.Equal(shared[0].Addrs, fresh[0].Addrs) || !slices.Equal(shared[1].Addrs, fresh[1].Addrs) {
+		t.Fatalf("the shared view differs from the copy: %+v against %+v", shared, fresh)
+	}
 	fresh[0].Addrs[0] = "mutated"
-	if tab.freshPeers(t0.Add(2 * time.Second))[0].Addrs[0] == "mutated" {
+	if tab.freshPeers(t0.Add(2*time.Second), false)[0].Addrs[0] == "mutated" {
 		t.Fatal("Fresh returned the table's own slice")
 	}
 	// A was last seen at t0: not fresh after 3s; B still is.
-	fresh = tab.freshPeers(t0.Add(3*time.Second + time.Millisecond))
+	fresh = tab.freshPeers(t0.Add(3*time.Second+time.Millisecond), false)
 	if len(fresh) != 1 || fresh[0].Peer != peerB {
 		t.Fatalf("fresh at +3s: %+v", fresh)
 	}
@@ -290,7 +295,7 @@ func TestPeerTableAnnouncedInterval(t *testing.T) {
 	}
 	at := func(d time.Duration) []peer.ID {
 		var ids []peer.ID
-		for _, pi := range tab.freshPeers(t0.Add(d)) {
+		for _, pi := range tab.freshPeers(t0.Add(d), false) {
 			ids = append(ids, pi.Peer)
 		}
 		return ids

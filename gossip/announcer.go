@@ -236,7 +236,13 @@ func (a *Announcer) Counters() *Counters { return a.counters }
 // Fresh returns a copy of the peers (other than us) whose latest accepted
 // announcement arrived within FreshWindow, ordered by peer ID: the
 // candidates for partner choice.
-func (a *Announcer) Fresh() []PeerInfo { return a.table.freshPeers(a.now()) }
+func (a *Announcer) Fresh() []PeerInfo { return a.table.freshPeers(a.now(), false) }
+
+// FreshShared is Fresh without a copy of each peer's Addrs: they are the
+// table's own, and the caller must not modify them. It is for callers that
+// read only the progress fields many times a second (the run clock): a
+// copy per peer per call is garbage that grows with the swarm.
+func (a *Announcer) FreshShared() []PeerInfo { return a.table.freshPeers(a.now(), true) }
 
 // Interval is the wait between our announcements now: Interval, stretched
 // by TopicRate to (fresh peers + 1) / TopicRate, at most MaxInterval.

@@ -156,14 +156,41 @@ type TrustStats struct {
 // written by the averager goroutine). The decisions themselves are the
 // merge package's.
 type trust struct {
-	cfg  TrustConfig
-	book *reputation.Book
+	cfg   TrustConfig
+	book  *reputation.Book
+	names peerNames
 
 	refusedOutlier, refusedLoss, refusedNonFinite, refusedIgnored atomic.Int64
 	clipped, validated                                            atomic.Int64
 	radiusNow, median                                             atomic.Uint64
 
 	wg sync.WaitGroup // act goroutines
+}
+
+// peerNames caches peer IDs' text form, the reputation book's key: the
+// run clock asks for every fresh peer's standing ten times a second, and
+// encoding a peer ID is a base58 conversion of about a microsecond, which
+// at 100 peers cost a node more CPU than its merges. It forgets everything
+// once it holds maxPeerNames IDs, so churn cannot grow it without bound.
+type peerNames struct {
+	mu sync.Mutex
+	m  map[peer.ID]string
+}
+
+const maxPeerNames = 4096
+
+func (c *peerNames) of(p peer.ID) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.m[p]; ok {
+		return s
+	}
+	if c.m == nil || len(c.m) >= maxPeerNames {
+		c.m = make(map[peer.ID]string)
+	}
+	s := p.String()
+	c.m[p] = s
+	return s
 }
 
 func newTrust(cfg TrustConfig) (*trust, error) {
@@ -271,8 +298,8 @@ func (n *Node) verdict(p peer.ID, v reputation.Verdict) {
 		return
 	}
 	now := time.Now()
-	before := n.trust.book.State(p.String(), now)
-	after := n.trust.book.Record(p.String(), v, now)
+	before := n.trust.book.State(n.trust.names.of(p), now)
+	after := n.trust.book.Record(n.trust.names.of(p), v, now)
 	if after > before && after >= reputation.Disconnected {
 		n.act(p, after)
 	}
@@ -287,7 +314,7 @@ func (n *Node) act(p peer.ID, s reputation.State) {
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		ps := t.book.Peer(p.String(), time.Now())
+		ps := t.book.Peer(t.names.of(p), time.Now())
 		n.log.Warn("peer "+s.String(), "peer", p, "score", ps.Score, "verdicts", ps.Counts)
 		if n.host != nil {
 			_ = n.host.Network().ClosePeer(p)
@@ -330,12 +357,12 @@ func (n *Node) standing(p peer.ID) reputation.State {
 	if n.trust == nil {
 		return reputation.OK
 	}
-	return n.trust.book.State(p.String(), time.Now())
+	return n.trust.book.State(n.trust.names.of(p), time.Now())
 }
 
 // refuseConn is the connection gate's ban check.
 func (n *Node) refuseConn(p peer.ID) bool {
-	return n.trust != nil && n.trust.book.State(p.String(), time.Now()) == reputation.Banned
+	return n.trust != nil && n.trust.book.State(n.trust.names.of(p), time.Now()) == reputation.Banned
 }
 
 // TrustStats reports the defences' counters.
@@ -382,10 +409,10 @@ func (n *Node) pubsubOptions() []pubsub.Option {
 	if n.trust == nil {
 		return []pubsub.Option{meter, params}
 	}
-	book := n.trust.book
+	t := n.trust
 	return []pubsub.Option{meter, params, pubsub.WithPeerScore(
 		&pubsub.PeerScoreParams{
-			AppSpecificScore:  func(p peer.ID) float64 { return book.AppScore(p.String(), time.Now()) },
+			AppSpecificScore:  func(p peer.ID) float64 { return t.book.AppScore(t.names.of(p), time.Now()) },
 			AppSpecificWeight: 1,
 			DecayInterval:     time.Second,
 			DecayToZero:       0.01,

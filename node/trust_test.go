@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -274,5 +275,30 @@ func TestTrustCatchUpNeedsABetterModel(t *testing.T) {
 	bad.Params[0] = float32(math.NaN())
 	if vet("nan", bad) || n.trust.book.Peer(peer.ID("nan").String(), time.Now()).Counts["non_finite"] != 1 {
 		t.Fatal("a non-finite catch-up model was not refused and counted")
+	}
+}
+
+// TestPeerNamesCachesAndStaysBounded pins the peer-ID cache the trust
+// state keys the reputation book with: it gives every ID's text form and
+// forgets everything once full, so churn cannot grow it without bound.
+func TestPeerNamesCachesAndStaysBounded(t *testing.T) {
+	var c peerNames
+	ids := make([]peer.ID, maxPeerNames+1)
+	for i := range ids {
+		ids[i] = peer.ID(fmt.Sprintf("peer-%d", i))
+	}
+	for _, p := range ids[:maxPeerNames] {
+		if got := c.of(p); got != p.String() {
+			t.Fatalf("name of %q: %q, want %q", string(p), got, p.String())
+		}
+	}
+	if len(c.m) != maxPeerNames {
+		t.Fatalf("cache holds %d names after %d peers", len(c.m), maxPeerNames)
+	}
+	if got := c.of(ids[0]); got != ids[0].String() || len(c.m) != maxPeerNames {
+		t.Fatalf("a cached name: %q (cache %d)", got, len(c.m))
+	}
+	if got := c.of(ids[maxPeerNames]); got != ids[maxPeerNames].String() || len(c.m) != 1 {
+		t.Fatalf("one past full: %q, cache holds %d, want 1", got, len(c.m))
 	}
 }

@@ -41,7 +41,7 @@ func (n *Node) watcher(ctx context.Context) {
 // observeClock hands the run clock the fresh announcements of the peers
 // not banned.
 func (n *Node) observeClock(now time.Time) {
-	fresh := n.ann.Fresh()
+	fresh := n.ann.FreshShared()
 	obs := make([]clockObservation, 0, len(fresh))
 	for _, p := range fresh {
 		// A banned peer is not heard; one merely ignored (a model or two
