@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/params"
+	"github.com/meshtrain/meshtrain/store"
 	"github.com/meshtrain/meshtrain/train"
 )
 
@@ -209,4 +212,84 @@ func TestNodeWithAnotherTrainer(t *testing.T) {
 	}
 	t.Logf("built-in node: %d merges; fake-trainer node: %d merges, %d applied by its trainer",
 		goNode.Status().Merges, m.Status().Merges, fake.merged())
+}
+
+// idleTrainer is a fakeTrainer that trains a few steps and then only
+// waits, as an external trainer does between pushes; change stands for a
+// push that carries no steps (an optimizer state sent after the last
+// step's push): it changes the state and counts a change.
+type idleTrainer struct {
+	*fakeTrainer
+	steps   int64
+	changes atomic.Int64
+}
+
+var _ node.ChangeCounter = (*idleTrainer)(nil)
+
+func (f *idleTrainer) Step(ctx context.Context) (node.StepResult, error) {
+	if f.Stats().Steps < f.steps {
+		return f.fakeTrainer.Step(ctx)
+	}
+	select {
+	case <-ctx.Done():
+		return node.StepResult{}, ctx.Err()
+	case <-time.After(5 * time.Millisecond):
+		return node.StepResult{}, nil
+	}
+}
+
+func (f *idleTrainer) Changes() int64 { return f.changes.Load() }
+
+func (f *idleTrainer) change() {
+	f.mu.Lock()
+	for i := range f.mom {
+		f.mom[i] += 1
+	}
+	f.mu.Unlock()
+	f.changes.Add(1)
+}
+
+// TestIdleCheckpointAfterAChangeWithoutSteps: while its trainer waits, a
+// node checkpoints once a change it counts (not a step, not a merge) is
+// not saved yet, and writes nothing while nothing changes.
+func TestIdleCheckpointAfterAChangeWithoutSteps(t *testing.T) {
+	checkGoroutines(t)
+	cfg := meshConfig("idle-ckpt")
+	cfg.Offline = true
+	cfg.CheckpointEvery = 20 * time.Millisecond
+	st := store.NewMemory()
+	tr := &idleTrainer{fakeTrainer: newFakeTrainer(t, cfg), steps: 5}
+	m := &meshNode{done: make(chan struct{})}
+	n, err := node.NewWith(context.Background(), cfg, tr, st, nil, m.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Node = n
+	m.start(t)
+	newest := func() store.Info {
+		infos, err := st.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(infos) == 0 {
+			return store.Info{}
+		}
+		return infos[0]
+	}
+	eventually(t, time.Minute, "a checkpoint of the 5 steps", func() bool { return newest().Step == 5 })
+	before := newest()
+	time.Sleep(10 * cfg.CheckpointEvery)
+	if now := newest(); now.ID != before.ID {
+		t.Fatalf("checkpoint %d written while nothing changed (the newest was %d)", now.ID, before.ID)
+	}
+	tr.change()
+	eventually(t, time.Minute, "a checkpoint of the change", func() bool { return newest().ID > before.ID })
+	ck, err := st.Load(context.Background(), newest().ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tr.State().Opt
+	if !slices.Equal(ck.OptState, want) || ck.Step != 5 {
+		t.Fatalf("the checkpoint after the change holds step %d and not the changed optimizer state", ck.Step)
+	}
 }

@@ -112,9 +112,9 @@ type trainLoop struct {
 	steps      int
 
 	lastReport, lastCkpt, lastEval time.Time
-	// ckptAt is the trainer's steps and the node's merges at the last
-	// checkpoint offered.
-	ckptAt [2]int64
+	// ckptAt is the trainer's steps, the node's merges and the trainer's
+	// changes (ChangeCounter) at the last checkpoint offered.
+	ckptAt [3]int64
 }
 
 // run steps until a stop condition holds and returns why (a Stop constant).
@@ -222,15 +222,26 @@ func (l *trainLoop) after(stats StepResult) {
 // checkpoint offers the checkpointer the state now.
 func (l *trainLoop) checkpoint(now time.Time) {
 	l.ck.offer(l.n.checkpointState())
-	l.lastCkpt, l.ckptAt = now, [2]int64{l.n.trainer.Stats().Steps, l.n.Merges()}
+	l.lastCkpt, l.ckptAt = now, l.version()
+}
+
+// version is what tells a checkpoint's state from a later one: the
+// trainer's steps, the node's merges and, for a trainer that can change
+// without a step, its changes.
+func (l *trainLoop) version() [3]int64 {
+	n := l.n
+	v := [3]int64{n.trainer.Stats().Steps, n.Merges(), 0}
+	if c, ok := n.trainer.(ChangeCounter); ok {
+		v[2] = c.Changes()
+	}
+	return v
 }
 
 // idle is the bookkeeping of a wait in which the trainer did nothing: a
 // checkpoint when one is due and the model changed since the last.
 func (l *trainLoop) idle() {
 	n, now := l.n, time.Now()
-	if n.cfg.CheckpointEvery > 0 && now.Sub(l.lastCkpt) >= n.cfg.CheckpointEvery &&
-		l.ckptAt != [2]int64{n.trainer.Stats().Steps, n.Merges()} {
+	if n.cfg.CheckpointEvery > 0 && now.Sub(l.lastCkpt) >= n.cfg.CheckpointEvery && l.ckptAt != l.version() {
 		l.checkpoint(now)
 	}
 }

@@ -62,6 +62,15 @@ type CheckedApplier interface {
 	ApplyChecked(fn func(w, opt []float32, p *params.Progress) error) error
 }
 
+// ChangeCounter is implemented by a trainer whose state can change without
+// a step: an external trainer's push that carries no steps (an optimizer
+// state sent after the last step's push) replaces the model and the
+// optimizer state all the same. Changes counts every change of the state;
+// the node checkpoints a wait in which it moved.
+type ChangeCounter interface {
+	Changes() int64
+}
+
 // ReadyReporter is implemented by a trainer whose model may not exist yet
 // (an external trainer before its first push): the node serves no model
 // until Ready.

@@ -153,6 +153,7 @@ type External struct {
 	lastLR   float64
 	lrScale  float64 // speed scaling's factor (0: none set)
 	merges   int64   // Applies since registration
+	changes  int64   // pushes taken (Changes)
 	lastPush time.Time
 	srv      *Server // the server that bound the trainer, for the status
 	peerID   string  // the node's, told to the trainer at registration
@@ -179,7 +180,17 @@ var (
 	_ node.HoldoutReporter = (*External)(nil)
 
 	_ node.TrainerStatusReporter = (*External)(nil)
+	_ node.ChangeCounter         = (*External)(nil)
 )
+
+// Changes counts the pushes taken: each replaces the model (and, when it
+// carries one, the optimizer state), steps or none, so the node checkpoints
+// a wait after a push that carried no steps.
+func (e *External) Changes() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.changes
+}
 
 // TrainerStatus is the trainer's connection, for the node's status.
 func (e *External) TrainerStatus() node.TrainerStatus {
@@ -479,6 +490,7 @@ func (e *External) push(snap, opt, delta []float32, in pushIn) (bool, RunInfo) {
 		copy(e.opt, opt)
 	}
 	e.merged, e.ready = false, true
+	e.changes++
 	e.step += in.steps
 	e.samples += in.samples
 	e.progress += params.Progress(in.samples)

@@ -422,3 +422,33 @@ func TestLRScaleInRunInfo(t *testing.T) {
 		t.Errorf("lr_factor %v, want 2.5", f)
 	}
 }
+
+// TestPushesCountAsChanges: every push taken counts as a change, steps or
+// none (an optimizer state pushed after the last step's push changes what
+// a checkpoint holds), and one after the run stopped does not.
+func TestPushesCountAsChanges(t *testing.T) {
+	srv, ext := testServer(t)
+	c := dial(t, srv)
+	if _, err := c.Register(testSpec()); err != nil {
+		t.Fatal(err)
+	}
+	w := vec(8, func(i int) float32 { return float32(i) })
+	if _, err := c.Push(w, nil, 20, 2, 1, make([]float32, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if got := ext().Changes(); got != 1 {
+		t.Fatalf("changes after a push of 2 steps: %d, want 1", got)
+	}
+	opt := vec(8, func(i int) float32 { return -float32(i) })
+	if _, err := c.Push(w, opt, 0, 0, 0, make([]float32, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if got, steps := ext().Changes(), ext().Stats().Steps; got != 2 || steps != 2 {
+		t.Fatalf("after a push of no steps: changes %d (want 2), steps %d (want 2)", got, steps)
+	}
+	ext().Stop("finished")
+	c.Push(w, opt, 10, 1, 1, make([]float32, 8)) // refused or ignored: the run is over
+	if got := ext().Changes(); got != 2 {
+		t.Fatalf("a push after the run stopped counted: changes %d, want 2", got)
+	}
+}
