@@ -10,6 +10,9 @@ var (
 	ErrBadStaleness = errors.New("averaging: bad staleness function")
 	// ErrBadLag reports an unknown staleness measure.
 	ErrBadLag = errors.New("averaging: bad staleness measure")
+	// ErrBadAhead reports an unknown rule for models ahead of ours, or
+	// one the staleness measure cannot serve.
+	ErrBadAhead = errors.New("averaging: bad rule for models ahead")
 	// ErrBadMomentumPolicy reports an unknown optimizer-state policy.
 	ErrBadMomentumPolicy = errors.New("averaging: bad momentum policy")
 	// ErrLength reports vectors that should have the same length but do not.

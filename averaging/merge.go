@@ -101,14 +101,17 @@ type Merger struct {
 	Lag Lag
 	// Momentum says what a merge does to the local momentum buffer.
 	Momentum MomentumPolicy
+	// Ahead is the weight of a remote model ahead of ours.
+	Ahead Ahead
 }
 
 // DefaultMerger returns Alpha = DefaultAlpha, Staleness = DefaultStaleness,
-// Lag = DefaultLag and Momentum = DefaultMomentumPolicy.
+// Lag = DefaultLag, Momentum = DefaultMomentumPolicy and Ahead =
+// DefaultAhead.
 func DefaultMerger() Merger {
 	// Built directly so no error path exists; a test checks it equals
 	// ParseStaleness(DefaultStaleness).
-	return Merger{Alpha: DefaultAlpha, Staleness: polyStaleness{p: 0.5}, Lag: DefaultLag, Momentum: DefaultMomentumPolicy}
+	return Merger{Alpha: DefaultAlpha, Staleness: polyStaleness{p: 0.5}, Lag: DefaultLag, Momentum: DefaultMomentumPolicy, Ahead: DefaultAhead}
 }
 
 // Validate reports every bad field at once.
@@ -125,6 +128,11 @@ func (m Merger) Validate() error {
 	}
 	if !m.Momentum.valid() {
 		errs = append(errs, fmt.Errorf("%w: %d", ErrBadMomentumPolicy, int(m.Momentum)))
+	}
+	if !m.Ahead.valid() {
+		errs = append(errs, fmt.Errorf("%w: %d", ErrBadAhead, int(m.Ahead)))
+	} else if m.Ahead == AheadPull && m.Lag == LagAge {
+		errs = append(errs, fmt.Errorf("%w: pull needs a staleness measured from progress (steps or relative), not age", ErrBadAhead))
 	}
 	return errors.Join(errs...)
 }
@@ -223,10 +231,7 @@ func (m Merger) merge(local Local, remote params.Snapshot, remoteMomentum []floa
 	var s, f float64
 	if a < 0 {
 		var err error
-		if s, err = m.Lag.Staleness(*local.Progress, remote.Progress, remote.Age, local.Batch); err != nil {
-			return Outcome{}, err
-		}
-		if f, a, err = m.weight(s); err != nil {
+		if s, f, a, err = m.Weigh(*local.Progress, remote.Progress, remote.Age, local.Batch); err != nil {
 			return Outcome{}, err
 		}
 	} else if !local.Progress.Valid() || !remote.Progress.Valid() {

@@ -417,14 +417,11 @@ func (c *Core) implausible(in Input, before, theirs float64) bool {
 // weigh computes the staleness and the weight of a merge the checks
 // passed: the only place they are computed.
 func (c *Core) weigh(in Input, d Decision) Decision {
-	s, err := c.cfg.Merger.Lag.Staleness(in.Local.Progress, in.Remote.Progress, in.Remote.Age, c.cfg.Batch)
-	if err == nil {
-		d.Weight, err = c.cfg.Merger.Weight(s)
-	}
+	s, _, a, err := c.cfg.Merger.Weigh(in.Local.Progress, in.Remote.Progress, in.Remote.Age, c.cfg.Batch)
 	if err != nil {
 		return with(d, refuse(RefusedNonFinite, reputation.NonFinite))
 	}
-	d.Staleness = s
+	d.Staleness, d.Weight = s, a
 	if d.Reason == MergedClipped {
 		d.HasVerdict, d.Verdict = true, reputation.Clipped
 	} else {

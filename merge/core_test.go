@@ -1203,3 +1203,28 @@ func TestClipRadiusFollowsPeers(t *testing.T) {
 		t.Errorf("c at 15 after the others' merges expired: %v, want clipped", got.Reason)
 	}
 }
+
+// TestDecidePull: with Ahead = pull a model ahead of ours gets 1 - a0 f(s')
+// (s' our staleness as the remote measures it) and one behind the usual
+// a0 f(s), so both sides of an exchange agree.
+func TestDecidePull(t *testing.T) {
+	cfg := testConfig()
+	cfg.Merger.Lag = averaging.LagRelative
+	cfg.Merger.Ahead = averaging.AheadPull
+	c := warmCore(t, cfg)
+	// 500 samples ahead of our 16000 (under the catch-up clamp): we are
+	// 100*500/16500 percent behind it.
+	ahead := c.Decide(Input{Peer: "a", Local: local(), Remote: snap(moved(-1), ownProg+500), Now: t0, Loss: goodLoss})
+	want := 1 - averaging.DefaultAlpha/math.Sqrt(1+100*500.0/16500)
+	if !ahead.Merge || ahead.Staleness != 0 || math.Abs(ahead.Weight-want) > 1e-12 {
+		t.Errorf("ahead: %+v, want a merge at weight %v", ahead, want)
+	}
+	behind := c.Decide(Input{Peer: "b", Local: local(), Remote: snap(moved(-1), ownProg-3*batch), Now: t0, Loss: goodLoss})
+	if !behind.Merge || math.Abs(behind.Weight-weightAt(0.3)) > 1e-12 {
+		t.Errorf("behind: %+v, want weight %v", behind, weightAt(0.3))
+	}
+	cfg.Merger.Lag = averaging.LagAge
+	if _, err := New(cfg); !errors.Is(err, averaging.ErrBadAhead) {
+		t.Errorf("pull with age: New err = %v, want ErrBadAhead", err)
+	}
+}

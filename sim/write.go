@@ -45,6 +45,7 @@ type Settings struct {
 	Alpha          float64   `json:"alpha"`
 	Staleness      string    `json:"staleness"`
 	StalenessLag   string    `json:"staleness_lag"`
+	StalenessAhead string    `json:"staleness_ahead"`
 	MomentumPolicy string    `json:"momentum_policy"`
 	CatchUp        float64   `json:"catch_up"`
 	LatencyS       float64   `json:"latency_s"`
@@ -65,7 +66,7 @@ func SettingsOf(cfg Config) Settings {
 		Batch: cfg.Batch, LR: cfg.LR, Schedule: cfg.Schedule, Momentum: cfg.Momentum, WeightDecay: cfg.WeightDecay,
 		Epochs: cfg.Epochs, Shards: cfg.Shards, StepMedianS: cfg.StepMedian.Seconds(), StepSpread: cfg.StepSpread,
 		Slowdowns: cfg.Slowdowns, AvgIntervalS: cfg.AvgInterval.Seconds(), Peers: cfg.Peers, Alpha: cfg.Merger.Alpha,
-		StalenessLag: cfg.Merger.Lag.String(), MomentumPolicy: cfg.Merger.Momentum.String(), CatchUp: cfg.CatchUp,
+		StalenessLag: cfg.Merger.Lag.String(), StalenessAhead: cfg.Merger.Ahead.String(), MomentumPolicy: cfg.Merger.Momentum.String(), CatchUp: cfg.CatchUp,
 		LatencyS: cfg.Latency.Seconds(), Bandwidth: cfg.Bandwidth, WireBytes: cfg.WireBytes,
 		Churn: ChurnString(cfg.Churn), NeverReturn: cfg.Churn.NeverReturn, ReportEveryS: cfg.ReportEvery.Seconds(),
 		EvalNodes: cfg.EvalNodes, EvalSamples: cfg.EvalSamples,
@@ -163,8 +164,8 @@ func Report(cfg Config, res *Result, wall time.Duration) string {
 	if cfg.Peers > 0 {
 		peers = fmt.Sprintf("a random %d live nodes per round", cfg.Peers)
 	}
-	fmt.Fprintf(&b, "Merge rule: alpha %g, staleness %s (%s), momentum %s, catch-up %g samples; partners among %s; pace floor %v. ",
-		s.Alpha, s.Staleness, s.StalenessLag, s.MomentumPolicy, cfg.CatchUp, peers, cfg.AvgInterval)
+	fmt.Fprintf(&b, "Merge rule: alpha %g, staleness %s (%s; models ahead: %s), momentum %s, catch-up %g samples; partners among %s; pace floor %v. ",
+		s.Alpha, s.Staleness, s.StalenessLag, s.StalenessAhead, s.MomentumPolicy, cfg.CatchUp, peers, cfg.AvgInterval)
 	fmt.Fprintf(&b, "Links: %v one way, %g Mbit/s, %d bytes per value (%d bytes per model). ",
 		cfg.Latency, cfg.Bandwidth*8/1e6, cfg.WireBytes, res.ModelBytes)
 	if cfg.Trace != nil {

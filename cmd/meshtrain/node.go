@@ -55,6 +55,8 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	lag := fs.String("staleness-lag", d.Merger.Lag.String(),
 		"how staleness is measured: age (seconds since the peer's model last took in a peer's model, plus its trip to us), relative (percent of our progress behind) or steps (our steps behind)")
 	momentum := fs.String("momentum-policy", d.Merger.Momentum.String(), "optimizer momentum on merge: keep, reset or mix")
+	ahead := fs.String("staleness-ahead", d.Merger.Ahead.String(),
+		"weight of a peer's model ahead of ours: fresh (the base weight) or pull (1 - a0 * f(our own staleness as the peer measures it): both sides land where the peer does)")
 	lrScaling := fs.String("lr-scaling", string(d.LRScaling),
 		"gossip: none, or speed (scale the learning rate by the median announced samples/s over ours, so every node's data moves the swarm alike)")
 	catchUp := fs.Float64("catch-up", d.CatchUp, "pull the model of a peer ahead by more than this many samples (0: never)")
@@ -117,6 +119,9 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 		errs = append(errs, err.Error())
 	}
 	if cfg.Merger.Lag, err = averaging.ParseLag(*lag); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if cfg.Merger.Ahead, err = averaging.ParseAhead(*ahead); err != nil {
 		errs = append(errs, err.Error())
 	}
 	if cfg.LRScaling, err = node.ParseLRScaling(*lrScaling); err != nil {

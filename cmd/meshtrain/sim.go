@@ -70,6 +70,7 @@ func simConfig(e *env, args []string) (cfg sim.Config, out string, code int, ok 
 	staleness := fs.String("staleness", d.Merger.Staleness.String(), "staleness decay: const, poly:P, exp:D or hinge:A,B (default: the node's)")
 	lag := fs.String("staleness-lag", d.Merger.Lag.String(), "staleness measure: relative, steps or age (default: the node's)")
 	momentum := fs.String("momentum-policy", d.Merger.Momentum.String(), "momentum on merge: keep, reset or mix (default: the node's)")
+	ahead := fs.String("staleness-ahead", d.Merger.Ahead.String(), "weight of a model ahead of ours: fresh or pull (default: the node's)")
 	catchUp := fs.Float64("catch-up", d.CatchUp, "pull the model of a peer ahead by more than this many samples (0: never; default: the node's)")
 	netFlag := fs.String("net", fmt.Sprintf("wan:%v,%gmbit", 2*d.Latency, d.Bandwidth*8/1e6),
 		"link between any two nodes: wan:RTT,RATE (latency RTT/2 each way, RATE per node, e.g. wan:100ms,10mbit)")
@@ -111,6 +112,11 @@ func simConfig(e *env, args []string) (cfg sim.Config, out string, code int, ok 
 		errs = append(errs, err)
 	} else {
 		cfg.Merger.Lag = l
+	}
+	if a, err := averaging.ParseAhead(*ahead); err != nil {
+		errs = append(errs, err)
+	} else {
+		cfg.Merger.Ahead = a
 	}
 	if m, err := averaging.ParseMomentumPolicy(*momentum); err != nil {
 		errs = append(errs, err)
