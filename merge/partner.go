@@ -22,20 +22,26 @@ type Choice struct {
 
 // ChoosePartner picks the round's partner among cands (ordered by peer,
 // as the announce table returns them), given our progress, the previous
-// partner, the catch-up threshold (0: never) and a source of random
+// partner, the catch-up threshold (0: never), whether we are starting
+// (have not caught up since our process started) and a source of random
 // indices (intn(k) in [0,k)):
 //
 //   - the most advanced peer, to pull its model, when it is more than the
-//     catch-up threshold ahead of us: a node that joins late or restarts far
-//     behind starts from the swarm's model instead of dragging everyone back
-//     with its own;
+//     catch-up threshold ahead of us, or, while we are starting, when it
+//     has more than twice our progress: a node that joins late or restarts
+//     far behind starts from the swarm's model instead of dragging
+//     everyone back with its own. The threshold is a gap in samples, which
+//     a large swarm's models take long to open (each model's progress
+//     grows by the swarm's samples over its size), so a newcomer to 100
+//     nodes would otherwise merge its untrained model in at the base
+//     weight, halving the distance to the swarm's model per merge;
 //   - otherwise a uniformly random peer, not the previous one when there is
 //     a choice, so models mix across the whole swarm instead of ping-ponging
 //     in pairs. A peer far behind stays a candidate: the progress we know
 //     of it may be stale, and a peer we stop choosing is one we stop
 //     judging (a node that is starting over is spared outlier verdicts by
 //     the core instead; see startingOver).
-func ChoosePartner(cands []Candidate, own float64, last string, catchUp float64, intn func(int) int) Choice {
+func ChoosePartner(cands []Candidate, own float64, last string, catchUp float64, starting bool, intn func(int) int) Choice {
 	if len(cands) == 0 {
 		return Choice{}
 	}
@@ -45,7 +51,7 @@ func ChoosePartner(cands []Candidate, own float64, last string, catchUp float64,
 			best = c
 		}
 	}
-	if catchUp > 0 && best.Progress-own > catchUp {
+	if catchUp > 0 && (best.Progress-own > catchUp || starting && best.Progress > startingFactor*own) {
 		return Choice{Peer: best.Peer, CatchUp: true}
 	}
 	pool := slices.Clone(cands)
@@ -59,6 +65,10 @@ func ChoosePartner(cands []Candidate, own float64, last string, catchUp float64,
 	}
 	return Choice{Peer: pool[intn(len(pool))].Peer}
 }
+
+// startingFactor: a starting node catches up with a peer that has more
+// than this many times its progress.
+const startingFactor = 2
 
 // startingOver reports whether a peer at progress p is starting over
 // compared with our progress own (it just joined or restarted, and will

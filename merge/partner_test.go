@@ -35,7 +35,7 @@ func draws(t *testing.T, cands []Candidate, own float64, last string, threshold 
 	intn := counter(t)
 	got := map[string]int{}
 	for range n {
-		c := ChoosePartner(cands, own, last, threshold, intn)
+		c := ChoosePartner(cands, own, last, threshold, false, intn)
 		if c.CatchUp || c.Peer == "" {
 			t.Fatalf("got %+v, want an exchange partner", c)
 		}
@@ -46,7 +46,7 @@ func draws(t *testing.T, cands []Candidate, own float64, last string, threshold 
 
 func TestChoosePartnerNone(t *testing.T) {
 	for _, cands := range [][]Candidate{nil, {}} {
-		if c := ChoosePartner(cands, 100, "a", 1000, noDraw(t)); c != (Choice{}) {
+		if c := ChoosePartner(cands, 100, "a", 1000, false, noDraw(t)); c != (Choice{}) {
 			t.Errorf("no candidates: %+v, want none", c)
 		}
 	}
@@ -68,7 +68,7 @@ func TestChoosePartnerCatchUp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if c := ChoosePartner(tt.cands, tt.own, tt.last, 1000, noDraw(t)); c != tt.want {
+			if c := ChoosePartner(tt.cands, tt.own, tt.last, 1000, false, noDraw(t)); c != tt.want {
 				t.Errorf("got %+v, want %+v", c, tt.want)
 			}
 		})
@@ -77,6 +77,45 @@ func TestChoosePartnerCatchUp(t *testing.T) {
 	got := draws(t, []Candidate{{"a", 2000}, {"b", 1500}}, 1000, "", 1000, 10)
 	if got["a"] == 0 || got["b"] == 0 {
 		t.Errorf("at the threshold: chose %v, want exchanges with both", got)
+	}
+}
+
+// TestChoosePartnerStarting: a starting node (no catch-up judged since it
+// started) also pulls from a peer with more than twice its progress, however
+// small the gap in samples; once started, or with catch-up off, it
+// exchanges.
+func TestChoosePartnerStarting(t *testing.T) {
+	cands := []Candidate{{"a", 5000}, {"b", 6000}, {"c", 4000}}
+	tests := []struct {
+		name      string
+		own       float64
+		starting  bool
+		threshold float64
+		want      Choice // zero: an exchange, not a catch-up
+	}{
+		{"untrained newcomer", 0, true, 60000, Choice{Peer: "b", CatchUp: true}},
+		{"under half the best", 2999, true, 60000, Choice{Peer: "b", CatchUp: true}},
+		{"exactly half", 3000, true, 60000, Choice{}},
+		{"above half", 4500, true, 60000, Choice{}},
+		{"started already", 0, false, 60000, Choice{}},
+		{"catch-up off", 0, true, 0, Choice{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := ChoosePartner(cands, tt.own, "", tt.threshold, tt.starting, counter(t))
+			if tt.want.CatchUp {
+				if c != tt.want {
+					t.Errorf("got %+v, want %+v", c, tt.want)
+				}
+			} else if c.CatchUp || c.Peer == "" {
+				t.Errorf("got %+v, want an exchange", c)
+			}
+		})
+	}
+	// Nobody has progress yet (a swarm's first round): an exchange.
+	zero := []Candidate{{"a", 0}, {"b", 0}}
+	if c := ChoosePartner(zero, 0, "", 60000, true, counter(t)); c.CatchUp || c.Peer == "" {
+		t.Errorf("all at zero: got %+v, want an exchange", c)
 	}
 }
 

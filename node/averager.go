@@ -32,6 +32,10 @@ type averager struct {
 	exchange atomic.Int64
 	buf      []float32 // scratch: our model at a decision
 	inbound  chan inboundModel
+	// judgedCatchUp: a pulled model was judged since the process started
+	// (taken or refused), which ends the starting node's relative catch-up
+	// (merge.ChoosePartner). Owned by run.
+	judgedCatchUp bool
 
 	merges, catchups, timeouts, failed, dropped atomic.Int64
 	last                                        atomic.Pointer[MergeInfo]
@@ -114,7 +118,7 @@ func (a *averager) run(ctx context.Context, send func(Event)) {
 func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send func(Event)) peer.ID {
 	n := a.n
 	cands := a.reach.candidates(n.partners(), time.Now())
-	c := merge.ChoosePartner(cands, float64(n.trainer.Stats().Progress), last.String(), n.cfg.CatchUp, rng.IntN)
+	c := merge.ChoosePartner(cands, float64(n.trainer.Stats().Progress), last.String(), n.cfg.CatchUp, !a.judgedCatchUp, rng.IntN)
 	if c.Peer == "" {
 		return last
 	}
@@ -175,6 +179,7 @@ func (a *averager) catchUp(ctx context.Context, best peer.ID, send func(Event)) 
 	}
 	d := a.core.DecideCatchUp(a.input(best, &remote))
 	a.judged(best, d)
+	a.judgedCatchUp = true
 	if !d.Merge {
 		n.log.Warn("catch-up refused: the pulled model fails validation", "peer", best, "reason", d.Reason.String())
 		return

@@ -172,6 +172,9 @@ type node struct {
 	core *merge.Core
 	pace merge.Pace
 	last string // previous partner
+	// judgedCatchUp: a pulled model was judged in this session, as the
+	// node's averager records it.
+	judgedCatchUp bool
 
 	stepTime time.Duration
 	// measured: a step of the node has ended, so its pace knows its step
@@ -558,7 +561,7 @@ func (s *simulation) nextRound(n *node) {
 // catch-up pull.
 func (s *simulation) round(n *node) {
 	cands := s.candidates(n)
-	c := merge.ChoosePartner(cands, float64(n.progress), n.last, s.cfg.CatchUp, s.rng.IntN)
+	c := merge.ChoosePartner(cands, float64(n.progress), n.last, s.cfg.CatchUp, !n.judgedCatchUp, s.rng.IntN)
 	if c.Peer == "" {
 		s.nextRound(n)
 		return
@@ -699,6 +702,7 @@ func (s *simulation) merge(r, from *node, sn *snap) {
 // the momentum belonged to the model dropped.
 func (s *simulation) catchUp(a, b *node, sn *snap) {
 	d := a.core.DecideCatchUp(s.input(a, b, sn))
+	a.judgedCatchUp = true
 	if !d.Merge {
 		s.res.Refused++
 		return
@@ -745,6 +749,7 @@ func (s *simulation) join(n *node) {
 	first := n.session == 0
 	n.session++
 	n.live = true
+	n.judgedCatchUp = false
 	i, _ := slices.BinarySearchFunc(s.live, n.id, func(p *node, id int) int { return cmp.Compare(p.id, id) })
 	s.live = slices.Insert(s.live, i, n)
 	s.res.Joins++
