@@ -70,3 +70,44 @@ func TestLateJoinerCatchesUp(t *testing.T) {
 		t.Errorf("last merge %+v is not with an early node", p)
 	}
 }
+
+// TestStartingNodeCatchesUpByRatio: with a catch-up gap no swarm opens,
+// a node that has just started still pulls the model of a peer with more
+// than twice its progress, once, then merges. The early nodes never start
+// an exchange, so nothing reaches the joiner before its own first round.
+func TestStartingNodeCatchesUpByRatio(t *testing.T) {
+	checkGoroutines(t)
+	config := func(avg time.Duration) node.Config {
+		cfg := meshConfig("catchup-ratio")
+		cfg.Train.Batch = 64
+		cfg.CatchUp = 1e12 // the gap rule never fires
+		cfg.Announce.Interval, cfg.Announce.FreshWindow, cfg.Announce.MaxAge = 200*time.Millisecond, 10*time.Second, 10*time.Second
+		cfg.AvgInterval = avg
+		return cfg
+	}
+	early := newMeshNode(t, config(time.Hour), nil)
+	early.start(t)
+	// Far enough ahead that the joiner, training as fast, is still under
+	// half of it when it first hears of it (a second or two).
+	eventually(t, time.Minute, "the early node to train", func() bool { return early.Status().Progress >= 200_000 })
+
+	cfg := config(50 * time.Millisecond)
+	cfg.Host.Bootstrap = bootstrapOff(t, early.Node)
+	late := newMeshNode(t, cfg, nil)
+	late.start(t)
+	eventually(t, time.Minute, "the late node to catch up", func() bool { return late.Status().CatchUps >= 1 })
+	ev := late.Events("catchup")
+	if len(ev) == 0 {
+		t.Fatal("CatchUps counted but no catchup event")
+	}
+	if own := float64(ev[0].Step * int64(cfg.Train.Batch)); ev[0].Progress < 2*own {
+		t.Errorf("progress %.0f after catching up at step %d: not the early node's", ev[0].Progress, ev[0].Step)
+	}
+	merges := late.Status().Merges
+	eventually(t, time.Minute, "the late node to merge after catching up", func() bool {
+		return late.Status().Merges >= merges+3
+	})
+	if n := late.Status().CatchUps; n != 1 {
+		t.Errorf("%d catch-ups, want exactly 1 (once per process)", n)
+	}
+}
