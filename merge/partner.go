@@ -23,7 +23,8 @@ type Choice struct {
 // ChoosePartner picks the round's partner among cands (ordered by peer,
 // as the announce table returns them), given our progress, the previous
 // partner, the catch-up threshold (0: never), whether we are starting
-// (have not caught up since our process started) and a source of random
+// (have judged no pulled model since our process started: neither taken
+// nor refused one) and a source of random
 // indices (intn(k) in [0,k)):
 //
 //   - the most advanced peer, to pull its model, when it is more than the
