@@ -14,3 +14,6 @@ func Reinit(n *Node, seed uint64) error {
 	g := n.trainer.(*goTrainer)
 	return g.t.Apply(func(w, _ []float32, _ *params.Progress) error { return g.t.Model().Init(w, seed) })
 }
+
+// DefaultListen is where a host of profile p listens when not told.
+func DefaultListen(p Profile, psk bool) []string { return defaultListen(p, psk) }

@@ -64,8 +64,8 @@ func rendezvous(network string) string { return "meshtrain/" + network }
 type HostConfig struct {
 	Profile Profile
 	// Listen are multiaddrs to listen on; empty means the profile's
-	// default (TCP and QUIC on an OS-chosen port; 127.0.0.1 for local,
-	// all interfaces otherwise).
+	// default (TCP and QUIC on an OS-chosen port on all interfaces; TCP
+	// only on 127.0.0.1 for local).
 	Listen []string
 	// Announce, if not empty, is the addresses the host tells peers (in
 	// identify and the DHT) in place of its listen addresses: those of a
@@ -165,14 +165,8 @@ func NewHost(key crypto.PrivKey, cfg HostConfig, log *slog.Logger) (*Host, error
 	}
 	listen := cfg.Listen
 	if len(listen) == 0 {
-		ip := "0.0.0.0"
-		if cfg.Profile == ProfileLocal {
-			ip = "127.0.0.1"
-		}
-		listen = []string{"/ip4/" + ip + "/tcp/0"}
-		if cfg.PSK == nil {
-			listen = append(listen, "/ip4/"+ip+"/udp/0/quic-v1")
-		} else {
+		listen = defaultListen(cfg.Profile, cfg.PSK != nil)
+		if cfg.PSK != nil && cfg.Profile != ProfileLocal {
 			log.Info("private network: listening on TCP only, QUIC is off (go-libp2p's QUIC does not support private networks)")
 		}
 	}
@@ -279,6 +273,25 @@ func NewHost(key crypto.PrivKey, cfg HostConfig, log *slog.Logger) (*Host, error
 		go n.watchReachability(ctx, log)
 	}
 	return n, nil
+}
+
+// defaultListen is where a host listens when not told: TCP and QUIC on
+// an OS-chosen port on all interfaces; TCP only with a private network
+// key (go-libp2p's QUIC cannot carry one) and on 127.0.0.1 in the local
+// profile. One machine's nodes need none of what QUIC is for (hole
+// punching, no head-of-line blocking on lossy paths), and on 127.0.0.1 it
+// costs more CPU per byte than TCP: a stream copy runs at about a third
+// of TCP's speed (docs/performance.md), and 40 nodes of one testnet used
+// 27% less CPU for the same steps on TCP alone (docs/scale.md).
+func defaultListen(p Profile, psk bool) []string {
+	if p == ProfileLocal {
+		return []string{"/ip4/127.0.0.1/tcp/0"}
+	}
+	out := []string{"/ip4/0.0.0.0/tcp/0"}
+	if !psk {
+		out = append(out, "/ip4/0.0.0.0/udp/0/quic-v1")
+	}
+	return out
 }
 
 // relayLimit is what the relay a public node serves lets through one

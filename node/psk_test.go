@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -165,7 +166,8 @@ func TestPrivateNetworkPSK(t *testing.T) {
 
 // TestPrivateNetworkRefusesQUIC: go-libp2p's QUIC transport cannot carry a
 // private network, so asking for both is a configuration error, and the
-// default listen addresses of a keyed host are TCP only.
+// default listen addresses of a keyed host are TCP only (on every profile:
+// TestDefaultListen).
 func TestPrivateNetworkRefusesQUIC(t *testing.T) {
 	checkGoroutines(t)
 	key, _, err := crypto.GenerateKeyPair(crypto.Ed25519, -1)
@@ -195,6 +197,28 @@ func TestPrivateNetworkRefusesQUIC(t *testing.T) {
 	for _, a := range h.Addrs() {
 		if _, err := a.ValueForProtocol(ma.P_TCP); err != nil || strings.Contains(a.String(), "/quic") {
 			t.Errorf("default listen address %s of a private network host is not TCP", a)
+		}
+	}
+}
+
+// TestDefaultListen: with no --listen, a host listens on TCP and QUIC on
+// all interfaces; TCP only with a private network key, whatever the
+// profile, and TCP only on 127.0.0.1 in the local profile.
+func TestDefaultListen(t *testing.T) {
+	for _, c := range []struct {
+		profile node.Profile
+		psk     bool
+		want    []string
+	}{
+		{node.ProfileLocal, false, []string{"/ip4/127.0.0.1/tcp/0"}},
+		{node.ProfileLocal, true, []string{"/ip4/127.0.0.1/tcp/0"}},
+		{node.ProfileLAN, false, []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}},
+		{node.ProfileLAN, true, []string{"/ip4/0.0.0.0/tcp/0"}},
+		{node.ProfilePublic, false, []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}},
+		{node.ProfilePublic, true, []string{"/ip4/0.0.0.0/tcp/0"}},
+	} {
+		if got := node.DefaultListen(c.profile, c.psk); !slices.Equal(got, c.want) {
+			t.Errorf("profile %s, psk %v: listens on %v, want %v", c.profile, c.psk, got, c.want)
 		}
 	}
 }

@@ -12,7 +12,8 @@ import (
 
 // The networks a benchmark or testnet can run its nodes on (Net.Kind).
 const (
-	// NetLoopback: the nodes talk over 127.0.0.1 directly, TCP and QUIC.
+	// NetLoopback: the nodes talk over 127.0.0.1 directly, on TCP (the
+	// local profile's default).
 	NetLoopback = "loopback"
 	// NetWAN: every packet between two nodes crosses an emulated wide-area
 	// network (WAN, wanrelay.go).
@@ -186,7 +187,7 @@ func (n Net) Slug() string {
 // for the report.
 func (n Net) Describe() string {
 	if n.Kind != NetWAN {
-		return "the nodes talk over 127.0.0.1 directly (TCP and QUIC), nothing emulated"
+		return "the nodes talk over 127.0.0.1 directly (TCP), nothing emulated"
 	}
 	w := n.WAN
 	loss := "no random loss"

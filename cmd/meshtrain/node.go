@@ -37,7 +37,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 		"network profile: local (127.0.0.1 only, no mDNS/NAT traffic), lan (all interfaces, mDNS), public (NAT mapping, AutoNAT, relays, hole punching)")
 	network := fs.String("network", d.Train.Network, "network name: keeps meshes apart (part of the model fingerprint)")
 	var listen, announceAddrs, bootstrap listFlag
-	fs.Var(&listen, "listen", "multiaddr to listen on (repeatable; default TCP and QUIC on a free port, TCP only with --psk)")
+	fs.Var(&listen, "listen", "multiaddr to listen on (repeatable; default TCP and QUIC on a free port; TCP only with --psk or --profile local)")
 	fs.Var(&announceAddrs, "announce",
 		"multiaddr to tell peers in place of the listen addresses, without /p2p/ (repeatable): where a port forward or an emulated network in front of this node reaches it")
 	fs.Var(&bootstrap, "bootstrap", "multiaddr of a peer to join through, with /p2p/<peer ID> (repeatable)")
