@@ -282,7 +282,7 @@ func NewHost(key crypto.PrivKey, cfg HostConfig, log *slog.Logger) (*Host, error
 // punching, no head-of-line blocking on lossy paths), and on 127.0.0.1 it
 // costs more CPU per byte than TCP: a stream copy runs at about a third
 // of TCP's speed (docs/performance.md), and 40 nodes of one testnet used
-// 27% less CPU for the same steps on TCP alone (docs/scale.md).
+// 26% less CPU for the same steps on TCP alone (docs/scale.md).
 func defaultListen(p Profile, psk bool) []string {
 	if p == ProfileLocal {
 		return []string{"/ip4/127.0.0.1/tcp/0"}

@@ -39,7 +39,7 @@ type ChurnStats struct {
 // nothing. Each event stops one random live node (SIGTERM, then SIGKILL
 // after Churn.Grace) and starts one: from the return pool with chance 1/2
 // when the pool is not empty (on its data dir: it resumes), else a
-// newcomer (a new index, a fresh run), bootstrapping through up to three
+// newcomer (a new index, a fresh run), bootstrapping through up to eight
 // random live nodes other than the leaver.
 func (tn *Testnet) StartChurn(ctx context.Context) {
 	if tn.cfg.Churn.Rate <= 0 {
