@@ -51,8 +51,9 @@ const returnChance = 0.5
 // at 20% churn a minute a node leaves within 100 s with a chance of 28%,
 // a start takes 30 s and more on a saturated machine, and the DHT and
 // the announcements need a live peer for some seconds after that; twice
-// in five 100-node runs a newcomer found all three gone and trained alone
-// (28% to the 8th power: about 4 in 100,000).
+// in five 100-node runs a newcomer lost all three before it had joined
+// the swarm and trained alone (28% to the 8th power, were the eight
+// independent: about 4 in 100,000).
 const bootstrapPeers = 8
 
 // Validate reports every bad field at once.
