@@ -53,6 +53,31 @@ func TestDiscoveryAdvertisesOnce(t *testing.T) {
 	}
 }
 
+// TestDiscoveryWait: a host with fewer than DiscoveryEnough peers searches
+// the DHT every interval; a well-connected one doubles its wait after each
+// round, up to DiscoveryMaxWait intervals, and drops back to the interval
+// as soon as it has fewer peers.
+func TestDiscoveryWait(t *testing.T) {
+	const iv = 10 * time.Second
+	few, many := node.DiscoveryEnough-1, node.DiscoveryEnough
+	var got []time.Duration
+	w := time.Duration(0)
+	for range 6 {
+		w = node.DiscoveryWait(w, iv, many)
+		got = append(got, w)
+	}
+	want := []time.Duration{iv, 2 * iv, 4 * iv, node.DiscoveryMaxWait * iv, node.DiscoveryMaxWait * iv, node.DiscoveryMaxWait * iv}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("waits with %d peers: %v, want %v", many, got, want)
+	}
+	if w := node.DiscoveryWait(node.DiscoveryMaxWait*iv, iv, few); w != iv {
+		t.Errorf("wait with %d peers after a long one: %v, want the interval %v", few, w, iv)
+	}
+	if w := node.DiscoveryWait(0, time.Minute, 0); w != time.Minute {
+		t.Errorf("wait alone: %v, want the interval", w)
+	}
+}
+
 // goroutinesIn counts the goroutines with a frame whose function name
 // contains fn.
 func goroutinesIn(fn string) int {

@@ -1,6 +1,10 @@
 package node
 
-import "github.com/meshtrain/meshtrain/params"
+import (
+	"time"
+
+	"github.com/meshtrain/meshtrain/params"
+)
 
 // What the external tests (package node_test) reach inside a node. Test
 // builds only.
@@ -17,3 +21,11 @@ func Reinit(n *Node, seed uint64) error {
 
 // DefaultListen is where a host of profile p listens when not told.
 func DefaultListen(p Profile, psk bool) []string { return defaultListen(p, psk) }
+
+// DiscoveryWait is the host's wait after a discovery round, and
+// DiscoveryEnough and DiscoveryMaxWait its limits.
+func DiscoveryWait(prev, interval time.Duration, peers int) time.Duration {
+	return discoveryWait(prev, interval, peers)
+}
+
+const DiscoveryEnough, DiscoveryMaxWait = discoveryEnough, discoveryMaxWait
