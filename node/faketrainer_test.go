@@ -293,3 +293,77 @@ func TestIdleCheckpointAfterAChangeWithoutSteps(t *testing.T) {
 		t.Fatalf("the checkpoint after the change holds step %d and not the changed optimizer state", ck.Step)
 	}
 }
+
+// steppedTrainer is an idleTrainer that says when the node first asks it
+// for a step: by then Run has done everything it does before training.
+type steppedTrainer struct {
+	*idleTrainer
+	once    sync.Once
+	stepped chan struct{}
+}
+
+func (f *steppedTrainer) Step(ctx context.Context) (node.StepResult, error) {
+	f.once.Do(func() { close(f.stepped) })
+	return f.idleTrainer.Step(ctx)
+}
+
+// TestFreshSupersedesOnlyAnOldRun: --fresh over a checkpoint of this run
+// writes a checkpoint of the new start before the first step, so a crash
+// cannot resume the dropped run; --fresh into a store with no checkpoint
+// of this run writes nothing before training.
+func TestFreshSupersedesOnlyAnOldRun(t *testing.T) {
+	checkGoroutines(t)
+	cfg := meshConfig("fresh-supersede")
+	cfg.Offline = true
+	cfg.CheckpointEvery = time.Hour // only the writes Run makes of its own
+	st := store.NewMemory()
+	// runFresh starts a fresh node on st and returns the checkpoints in st
+	// at its first step.
+	runFresh := func() []store.Info {
+		c := cfg
+		c.Fresh = true
+		tr := &steppedTrainer{idleTrainer: &idleTrainer{fakeTrainer: newFakeTrainer(t, c)}, stepped: make(chan struct{})}
+		m := &meshNode{done: make(chan struct{})}
+		n, err := node.NewWith(context.Background(), c, tr, st, nil, m.emit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Node = n
+		m.start(t)
+		select {
+		case <-tr.stepped:
+		case <-time.After(time.Minute):
+			t.Fatal("no step within a minute")
+		}
+		infos, err := st.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.stop(t)
+		return infos
+	}
+	if infos := runFresh(); len(infos) != 0 {
+		t.Fatalf("--fresh into an empty store wrote %d checkpoint(s) before training: %+v", len(infos), infos)
+	}
+	// The stop above wrote that run's checkpoint. Train on over it, then
+	// start fresh again.
+	tr := &idleTrainer{fakeTrainer: newFakeTrainer(t, cfg), steps: 3}
+	m := &meshNode{done: make(chan struct{})}
+	n, err := node.NewWith(context.Background(), cfg, tr, st, nil, m.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Node = n
+	m.start(t)
+	eventually(t, time.Minute, "3 steps", func() bool { return tr.Stats().Steps >= 3 })
+	m.stop(t)
+	infos, err := st.List()
+	if err != nil || len(infos) == 0 || infos[0].Step != 3 {
+		t.Fatalf("after 3 steps: checkpoints %+v, %v", infos, err)
+	}
+	old := infos[0].ID
+	infos = runFresh()
+	if len(infos) == 0 || infos[0].ID == old || infos[0].Step != 0 {
+		t.Fatalf("--fresh over the checkpoint of step 3 (id %d): at the first step the newest is %+v, want one of step 0", old, infos)
+	}
+}

@@ -35,9 +35,12 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 	}
 	ck := newCheckpointer(n.st, meta, n.log, send, func(info store.Info) { n.rep.lastCkpt.Store(&info) })
 	defer ck.close()
-	if n.st != nil && n.cfg.Fresh {
+	if n.st != nil && n.supersede {
 		// A fresh run's first checkpoint supersedes the old run at once, so a
 		// crash before the next one cannot resume the run we meant to drop.
+		// With no checkpoint of this run to drop (a new volunteer, a data
+		// dir of another model) there is nothing to write, and nothing
+		// then stands between a starting node and its "listening" event.
 		if err := ck.saveNow(context.WithoutCancel(ctx), n.checkpointState(), false); err != nil {
 			return nil, err
 		}

@@ -40,6 +40,9 @@ type Node struct {
 	trainer Trainer
 	fp      params.Fingerprint
 	started time.Time
+	// supersede: --fresh passed over a checkpoint of this run, which Run
+	// supersedes with a checkpoint of the new start before anything else.
+	supersede bool
 
 	key  crypto.PrivKey
 	id   peer.ID
@@ -192,10 +195,11 @@ func newWith(ctx context.Context, cfg Config, t Trainer, st store.Store, log *sl
 		started: time.Now(), runTotal: total, clock: newRunClock(0), rep: newReporter(), key: key}
 	n.infoTime.Store(n.started.UnixNano())
 	if st != nil {
-		base, err := resume(ctx, cfg, st, t, log, emit)
+		base, superseded, err := resume(ctx, cfg, st, t, log, emit)
 		if err != nil {
 			return nil, err
 		}
+		n.supersede = superseded
 		n.clock = newRunClock(base)
 		if h, err := st.History(historyLimit); err == nil {
 			n.rep.hist = h

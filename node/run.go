@@ -104,8 +104,10 @@ type Result struct {
 }
 
 // resume restores the newest usable checkpoint unless cfg.Fresh is set,
-// and returns the run clock it was taken at (0 when starting fresh).
-func resume(ctx context.Context, cfg Config, st store.Store, t Trainer, log *slog.Logger, send func(Event)) (float64, error) {
+// and returns the run clock it was taken at (0 when starting fresh) and
+// whether --fresh passed over a checkpoint of this run (the node must then
+// supersede it at once).
+func resume(ctx context.Context, cfg Config, st store.Store, t Trainer, log *slog.Logger, send func(Event)) (clock float64, superseded bool, err error) {
 	fp := t.Fingerprint()
 	cp, skipped, err := st.LoadLatest(ctx, fp)
 	others := 0
@@ -125,34 +127,34 @@ func resume(ctx context.Context, cfg Config, st store.Store, t Trainer, log *slo
 				"--model, --dataset, --network, --epochs or --schedule differ)", others)
 		}
 		send(Event{Event: "start", Fingerprint: fp.String(), Message: msg})
-		return 0, nil
+		return 0, false, nil
 	case err != nil:
-		return 0, err
+		return 0, false, err
 	case cfg.Fresh:
 		send(Event{Event: "start", Fingerprint: fp.String(),
 			Message: fmt.Sprintf("--fresh: starting over (checkpoint %d at step %d is kept but superseded)", cp.ID, cp.Step)})
-		return 0, nil
+		return 0, true, nil
 	case cp.Final:
-		return 0, fmt.Errorf("%w at step %d (checkpoint %d); pass --fresh to start over, or run 'meshtrain export' for the model",
+		return 0, false, fmt.Errorf("%w at step %d (checkpoint %d); pass --fresh to start over, or run 'meshtrain export' for the model",
 			ErrFinished, cp.Step, cp.ID)
 	}
 	var state checkpointCounters
 	if err := json.Unmarshal([]byte(cp.Meta[MetaTrainerState]), &state); err != nil {
-		return 0, fmt.Errorf("node: checkpoint %d has no readable trainer state: %w (pass --fresh to start over)", cp.ID, err)
+		return 0, false, fmt.Errorf("node: checkpoint %d has no readable trainer state: %w (pass --fresh to start over)", cp.ID, err)
 	}
 	ts := TrainerState{Params: cp.Params, Opt: cp.OptState, Step: state.Step, Progress: state.Progress, Samples: state.Samples,
 		Epoch: state.Epoch, Own: json.RawMessage(cp.Meta[MetaTrainerState])}
 	if err := t.Restore(ts); err != nil {
-		return 0, fmt.Errorf("node: checkpoint %d does not fit this run's settings: %w (pass --fresh to start over)", cp.ID, err)
+		return 0, false, fmt.Errorf("node: checkpoint %d does not fit this run's settings: %w (pass --fresh to start over)", cp.ID, err)
 	}
 	// A checkpoint from before the run clock was kept resumes at its own
 	// samples: the clock counts at least those.
-	clock, _ := strconv.ParseFloat(cp.Meta[MetaRunSamples], 64)
+	clock, _ = strconv.ParseFloat(cp.Meta[MetaRunSamples], 64)
 	clock = max(clock, float64(state.Samples))
 	send(Event{Event: "resumed", Step: cp.Step, Epoch: state.Epoch, Progress: float64(cp.Progress), Checkpoint: cp.ID,
 		Fingerprint: fp.String(), RunSamples: clock,
 		Message: fmt.Sprintf("resumed from checkpoint %d at step %d (run clock %.0f samples)", cp.ID, cp.Step, clock)})
-	return clock, nil
+	return clock, false, nil
 }
 
 // checkpointer writes checkpoints on its own goroutine so the trainer never
