@@ -52,7 +52,7 @@ func (t *ihaveTracer) bursts(gap time.Duration) []int {
 	return out
 }
 
-// A hub with 60 peers on the topic keeps at most 12 in its mesh; each
+// A hub with 60 peers on the topic keeps at most Dhi in its mesh; each
 // heartbeat it sends IHAVE for what it published to peers outside the
 // mesh: with PubsubParams always Dlazy of them, with the library's default
 // gossip factor a quarter of the others (about 12 here), so its traffic
@@ -136,5 +136,130 @@ func TestPubsubParamsBoundGossip(t *testing.T) {
 				t.Errorf("a heartbeat sent IHAVE to %d peers (Dlazy %d): above Dlazy %v, want %v", most, params.Dlazy, above, tc.wantAbove)
 			}
 		})
+	}
+}
+
+// copyTracer counts the messages a node received: first copies and
+// duplicates.
+type copyTracer struct {
+	*PubsubMeter
+	mu                sync.Mutex
+	delivered, copies int
+}
+
+func (t *copyTracer) DeliverMessage(*pubsub.Message) {
+	t.mu.Lock()
+	t.delivered++
+	t.copies++
+	t.mu.Unlock()
+}
+
+func (t *copyTracer) DuplicateMessage(*pubsub.Message) {
+	t.mu.Lock()
+	t.copies++
+	t.mu.Unlock()
+}
+
+// A swarm of 30, each node connected to 10 others, every node publishing:
+// with PubsubParams's mesh (D 4) every node still receives every message,
+// and fewer copies of each than with the library's mesh (D 6, up to 12).
+func TestPubsubParamsMeshCopies(t *testing.T) {
+	const nodes, links, rounds = 30, 10, 5
+	copies := map[string]float64{}
+	for _, tc := range []struct {
+		name   string
+		params pubsub.GossipSubParams
+	}{
+		{"PubsubParams", PubsubParams()},
+		{"library defaults", pubsub.DefaultGossipSubParams()},
+	} {
+		ctx, cancel := context.WithCancel(t.Context())
+		mn, err := mocknet.WithNPeers(nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := mn.LinkAll(); err != nil {
+			t.Fatal(err)
+		}
+		hosts := mn.Hosts()
+		params := tc.params
+		params.HeartbeatInterval = 100 * time.Millisecond
+		params.HeartbeatInitialDelay = 10 * time.Millisecond
+		var topics []*pubsub.Topic
+		tracers := make([]*copyTracer, nodes)
+		for i, h := range hosts {
+			tracers[i] = &copyTracer{PubsubMeter: NewPubsubMeter(&Counters{})}
+			ps, err := pubsub.NewGossipSub(ctx, h, pubsub.WithGossipSubParams(params), pubsub.WithRawTracer(tracers[i]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			topic, err := ps.Join("copies-test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub, err := topic.Subscribe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				for {
+					if _, err := sub.Next(ctx); err != nil {
+						return
+					}
+				}
+			}()
+			topics = append(topics, topic)
+		}
+		// Node i links to the next 10 (a ring with chords): every node
+		// has 20 neighbours, so a mesh of 6 to 12 is possible.
+		for i := range nodes {
+			for k := 1; k <= links; k++ {
+				if _, err := mn.ConnectPeers(hosts[i].ID(), hosts[(i+k)%nodes].ID()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		time.Sleep(10 * params.HeartbeatInterval) // the meshes form
+		for r := range rounds {
+			for i, tp := range topics {
+				if err := tp.Publish(ctx, []byte{byte(r), byte(i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(params.HeartbeatInterval)
+		}
+		want := rounds * (nodes - 1) // at least the others' messages
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			short := 0
+			for _, tr := range tracers {
+				tr.mu.Lock()
+				if tr.delivered < want {
+					short++
+				}
+				tr.mu.Unlock()
+			}
+			if short == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d of %d nodes did not receive all %d messages", tc.name, short, nodes, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		time.Sleep(3 * params.HeartbeatInterval) // late duplicates
+		total, msgs := 0, 0
+		for _, tr := range tracers {
+			tr.mu.Lock()
+			total, msgs = total+tr.copies, msgs+tr.delivered
+			tr.mu.Unlock()
+		}
+		copies[tc.name] = float64(total) / float64(msgs)
+		t.Logf("%s: %.2f copies received per message per node", tc.name, copies[tc.name])
+		cancel()
+		_ = mn.Close()
+	}
+	if copies["PubsubParams"] >= copies["library defaults"] {
+		t.Errorf("copies per message: %.2f with PubsubParams, %.2f with the library's defaults; want fewer", copies["PubsubParams"], copies["library defaults"])
 	}
 }
