@@ -55,6 +55,7 @@ const (
 // partner filter is tested without a network).
 type pathFinder interface {
 	PathTo(peer.ID) PeerPath
+	PathKind(peer.ID) Path
 	Reach(p peer.ID, addrs []ma.Multiaddr, done func(peer.ID, error)) bool
 }
 
@@ -107,7 +108,7 @@ func (r *reachState) candidates(peers []gossip.PeerInfo, now time.Time) []merge.
 	defer func() { r.backingOff.Store(int64(waiting)) }()
 	for _, p := range peers {
 		id := p.Peer.String()
-		path := r.host.PathTo(p.Peer).Path
+		path := r.host.PathKind(p.Peer)
 		addrs := strings.Join(p.Addrs, " ")
 		if !r.backoff.Ready(id, now) {
 			if prev, ok := r.dialed[p.Peer]; !ok || prev == addrs || path != PathNone {
@@ -230,7 +231,7 @@ func announcedAddrs(ss []string) []ma.Multiaddr {
 func (n *Node) reachability(partners []gossip.PeerInfo) *NodeReachability {
 	r := &NodeReachability{Reachability: n.host.Reachability()}
 	for _, p := range partners {
-		switch n.host.PathTo(p.Peer).Path {
+		switch n.host.PathKind(p.Peer) {
 		case PathDirect:
 			r.PeersDirect++
 		case PathRelayed:

@@ -242,6 +242,19 @@ func (n *Host) PathTo(p peer.ID) PeerPath {
 	return out
 }
 
+// PathKind is PathTo(p).Path without the rest: the averager asks it of
+// every fresh peer at every round, and PathTo spells out addresses.
+func (n *Host) PathKind(p peer.ID) Path {
+	out := PathNone
+	for _, c := range n.Network().ConnsToPeer(p) {
+		if !c.Stat().Limited {
+			return PathDirect
+		}
+		out = PathRelayed
+	}
+	return out
+}
+
 // Reach dials p in the background (at most one dial per peer at a time;
 // it returns false if one is under way) and calls done with the outcome
 // from the dialing goroutine: nil once a direct connection is open,
@@ -279,7 +292,7 @@ func (n *Host) reachOnce(ctx context.Context, p peer.ID, addrs []ma.Multiaddr) e
 	if err != nil {
 		return err
 	}
-	if n.PathTo(p).Path == PathDirect {
+	if n.PathKind(p) == PathDirect {
 		return nil
 	}
 	// A relayed connection: the side it reached starts a hole punch.
@@ -298,7 +311,7 @@ func (n *Host) reachOnce(ctx context.Context, p peer.ID, addrs []ma.Multiaddr) e
 		case <-deadline.C:
 			return ErrRelayedOnly
 		case <-t.C:
-			switch n.PathTo(p).Path {
+			switch n.PathKind(p) {
 			case PathDirect:
 				return nil
 			case PathNone:

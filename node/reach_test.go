@@ -77,8 +77,8 @@ func TestRelayedPeer(t *testing.T) {
 	}
 	circuit := ma.StringCast(r.Addrs()[0].String() + "/p2p/" + r.ID().String() + "/p2p-circuit")
 
-	if got := b.PathTo(a.ID()).Path; got != PathNone {
-		t.Fatalf("path before any dial: %s", got)
+	if got, kind := b.PathTo(a.ID()).Path, b.PathKind(a.ID()); got != PathNone || kind != got {
+		t.Fatalf("path before any dial: %s (kind %s)", got, kind)
 	}
 	done := make(chan error, 1)
 	if !b.Reach(a.ID(), []ma.Multiaddr{circuit}, func(_ peer.ID, err error) { done <- err }) {
@@ -98,6 +98,9 @@ func TestRelayedPeer(t *testing.T) {
 	pp := b.PathTo(a.ID())
 	if pp.Path != PathRelayed || !strings.Contains(pp.RemoteAddr, "/p2p-circuit") {
 		t.Fatalf("path to a peer reached through a relay: %+v", pp)
+	}
+	if kind := b.PathKind(a.ID()); kind != PathRelayed {
+		t.Fatalf("path kind through a relay: %s", kind)
 	}
 
 	rs := newReachState(b)
@@ -132,6 +135,9 @@ func TestRelayedPeer(t *testing.T) {
 	if pp.Path != PathDirect || !pp.HolePunched || pp.HolePunches != 1 || pp.HolePunchesOK != 1 || pp.LastHolePunch != "succeeded" ||
 		strings.Contains(pp.RemoteAddr, "p2p-circuit") {
 		t.Errorf("after a successful hole punch: %+v", pp)
+	}
+	if kind := b.PathKind(a.ID()); kind != PathDirect {
+		t.Errorf("path kind with a direct and a relayed connection: %s", kind)
 	}
 	if got := rs.candidates([]gossip.PeerInfo{info(a.ID(), 1)}, time.Now()); len(got) != 1 {
 		t.Errorf("a peer with a hole-punched connection is not a candidate")

@@ -116,7 +116,7 @@ func (n *Node) aloneInputs(now time.Time) aloneInputs {
 		switch {
 		case n.standing(p.Peer) != reputation.OK:
 			in.excluded++
-		case n.host.PathTo(p.Peer).Path == PathRelayed:
+		case n.host.PathKind(p.Peer) == PathRelayed:
 			in.relayed++
 		}
 	}
