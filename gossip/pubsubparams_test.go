@@ -8,6 +8,7 @@ import (
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 )
@@ -52,6 +53,32 @@ func (t *ihaveTracer) bursts(gap time.Duration) []int {
 	return out
 }
 
+// joinDraining starts gossipsub on h with opts, joins topic and reads its
+// subscription until ctx ends.
+func joinDraining(ctx context.Context, t *testing.T, h host.Host, topic string, opts ...pubsub.Option) *pubsub.Topic {
+	t.Helper()
+	ps, err := pubsub.NewGossipSub(ctx, h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := ps.Join(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := tp.Subscribe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			if _, err := sub.Next(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	return tp
+}
+
 // A hub with 60 peers on the topic keeps at most Dhi in its mesh; each
 // heartbeat it sends IHAVE for what it published to peers outside the
 // mesh: with PubsubParams always Dlazy of them, with the library's default
@@ -89,25 +116,7 @@ func TestPubsubParamsBoundGossip(t *testing.T) {
 				if i == 0 {
 					opts = append(opts, pubsub.WithRawTracer(tr))
 				}
-				ps, err := pubsub.NewGossipSub(ctx, h, opts...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				topic, err := ps.Join("announce-test")
-				if err != nil {
-					t.Fatal(err)
-				}
-				sub, err := topic.Subscribe()
-				if err != nil {
-					t.Fatal(err)
-				}
-				go func() {
-					for {
-						if _, err := sub.Next(ctx); err != nil {
-							return
-						}
-					}
-				}()
+				topic := joinDraining(ctx, t, h, "announce-test", opts...)
 				if i == 0 {
 					hub = topic
 				}
@@ -189,26 +198,7 @@ func TestPubsubParamsMeshCopies(t *testing.T) {
 		tracers := make([]*copyTracer, nodes)
 		for i, h := range hosts {
 			tracers[i] = &copyTracer{PubsubMeter: NewPubsubMeter(&Counters{})}
-			ps, err := pubsub.NewGossipSub(ctx, h, pubsub.WithGossipSubParams(params), pubsub.WithRawTracer(tracers[i]))
-			if err != nil {
-				t.Fatal(err)
-			}
-			topic, err := ps.Join("copies-test")
-			if err != nil {
-				t.Fatal(err)
-			}
-			sub, err := topic.Subscribe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			go func() {
-				for {
-					if _, err := sub.Next(ctx); err != nil {
-						return
-					}
-				}
-			}()
-			topics = append(topics, topic)
+			topics = append(topics, joinDraining(ctx, t, h, "copies-test", pubsub.WithGossipSubParams(params), pubsub.WithRawTracer(tracers[i])))
 		}
 		// Node i links to the next 10 (a ring with chords): every node
 		// has 20 neighbours, so a mesh of 6 to 12 is possible.

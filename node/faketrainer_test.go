@@ -259,13 +259,7 @@ func TestIdleCheckpointAfterAChangeWithoutSteps(t *testing.T) {
 	cfg.CheckpointEvery = 20 * time.Millisecond
 	st := store.NewMemory()
 	tr := &idleTrainer{fakeTrainer: newFakeTrainer(t, cfg), steps: 5}
-	m := &meshNode{done: make(chan struct{})}
-	n, err := node.NewWith(context.Background(), cfg, tr, st, nil, m.emit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Node = n
-	m.start(t)
+	startWith(t, cfg, tr, st)
 	newest := func() store.Info {
 		infos, err := st.List()
 		if err != nil {
@@ -323,13 +317,7 @@ func TestFreshSupersedesOnlyAnOldRun(t *testing.T) {
 		c := cfg
 		c.Fresh = true
 		tr := &steppedTrainer{idleTrainer: &idleTrainer{fakeTrainer: newFakeTrainer(t, c)}, stepped: make(chan struct{})}
-		m := &meshNode{done: make(chan struct{})}
-		n, err := node.NewWith(context.Background(), c, tr, st, nil, m.emit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Node = n
-		m.start(t)
+		m := startWith(t, c, tr, st)
 		select {
 		case <-tr.stepped:
 		case <-time.After(time.Minute):
@@ -348,13 +336,7 @@ func TestFreshSupersedesOnlyAnOldRun(t *testing.T) {
 	// The stop above wrote that run's checkpoint. Train on over it, then
 	// start fresh again.
 	tr := &idleTrainer{fakeTrainer: newFakeTrainer(t, cfg), steps: 3}
-	m := &meshNode{done: make(chan struct{})}
-	n, err := node.NewWith(context.Background(), cfg, tr, st, nil, m.emit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Node = n
-	m.start(t)
+	m := startWith(t, cfg, tr, st)
 	eventually(t, time.Minute, "3 steps", func() bool { return tr.Stats().Steps >= 3 })
 	m.stop(t)
 	infos, err := st.List()
@@ -366,4 +348,17 @@ func TestFreshSupersedesOnlyAnOldRun(t *testing.T) {
 	if len(infos) == 0 || infos[0].ID == old || infos[0].Step != 0 {
 		t.Fatalf("--fresh over the checkpoint of step 3 (id %d): at the first step the newest is %+v, want one of step 0", old, infos)
 	}
+}
+
+// startWith starts a node around the trainer tr on st.
+func startWith(t *testing.T, cfg node.Config, tr node.Trainer, st store.Store) *meshNode {
+	t.Helper()
+	m := &meshNode{done: make(chan struct{})}
+	n, err := node.NewWith(context.Background(), cfg, tr, st, nil, m.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Node = n
+	m.start(t)
+	return m
 }
