@@ -7,8 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-
-	"github.com/meshtrain/meshtrain/train/mnistdata"
 )
 
 // Dataset is a labelled classification dataset held in memory, in one of
@@ -196,9 +194,9 @@ const (
 )
 
 // LoadMNIST returns the 60000-sample training set and the 10000-sample test
-// set. dir == "" reads the files embedded in the binary; otherwise dir must
-// hold the four files under their standard names, each gzip-compressed
-// (".gz") or plain.
+// set. dir == "" reads the files embedded in the binary (through the cache
+// in MNISTCacheDir, see loadEmbeddedIDX); otherwise dir must hold the four
+// files under their standard names, each gzip-compressed (".gz") or plain.
 func LoadMNIST(dir string) (trainSet, testSet *Dataset, err error) {
 	if trainSet, err = loadMNISTPair(dir, mnistTrainImages, mnistTrainLabels, MNISTTrainSize); err != nil {
 		return nil, nil, err
@@ -216,7 +214,18 @@ func loadMNISTPair(dir, imagesBase, labelsBase string, n int) (*Dataset, error) 
 		base string
 		size int64 // of a good file's data
 	}{{imagesBase, int64(n) * MNISTDim}, {labelsBase, int64(n)}}
+	cache := ""
+	if dir == "" {
+		cache = MNISTCacheDir()
+	}
 	for i, file := range files {
+		if dir == "" {
+			var err error
+			if arr[i], _, err = loadEmbeddedIDX(cache, file.base, file.size); err != nil {
+				return nil, fmt.Errorf("read MNIST embedded %s.gz: %w", file.base, err)
+			}
+			continue
+		}
 		f, where, err := openMNIST(dir, file.base)
 		if err != nil {
 			return nil, fmt.Errorf("train: open MNIST %s: %w", where, err)
@@ -233,13 +242,8 @@ func loadMNISTPair(dir, imagesBase, labelsBase string, n int) (*Dataset, error) 
 	return FromIDX("mnist", arr[0], arr[1], MNISTClasses)
 }
 
-// openMNIST opens base.gz from the embedded files (dir == "") or base.gz or
-// base from dir, and says where it looked.
+// openMNIST opens base.gz or base from dir, and says where it looked.
 func openMNIST(dir, base string) (io.ReadCloser, string, error) {
-	if dir == "" {
-		f, err := mnistdata.Open(base + ".gz")
-		return f, "embedded " + base + ".gz", err
-	}
 	for _, name := range []string{base + ".gz", base} {
 		p := filepath.Join(dir, name)
 		f, err := os.Open(p)

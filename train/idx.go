@@ -65,36 +65,9 @@ func readIDX(r io.Reader, maxBytes, expect int64) (*IDX, error) {
 		src = zr
 	}
 
-	var head [4]byte
-	if _, err := io.ReadFull(src, head[:]); err != nil {
-		return nil, fmt.Errorf("%w: magic number: %v", ErrBadIDX, readErr(err))
-	}
-	if head[0] != 0 || head[1] != 0 {
-		return nil, fmt.Errorf("%w: magic number %#08x does not start with two zero bytes", ErrBadIDX, binary.BigEndian.Uint32(head[:]))
-	}
-	if head[2] != idxTypeUbyte {
-		return nil, fmt.Errorf("%w: data type %#02x not supported (only unsigned byte, 0x08)", ErrBadIDX, head[2])
-	}
-	nd := int(head[3])
-	if nd < 1 || nd > idxMaxDims {
-		return nil, fmt.Errorf("%w: %d dimensions (want 1 to %d)", ErrBadIDX, nd, idxMaxDims)
-	}
-	var db [4 * idxMaxDims]byte
-	if _, err := io.ReadFull(src, db[:4*nd]); err != nil {
-		return nil, fmt.Errorf("%w: dimensions: %v", ErrBadIDX, readErr(err))
-	}
-	dims := make([]int, nd)
-	size := int64(1)
-	for i := range dims {
-		d := int64(binary.BigEndian.Uint32(db[4*i:]))
-		if d == 0 {
-			return nil, fmt.Errorf("%w: dimension %d is zero", ErrBadIDX, i)
-		}
-		if d > maxBytes || size > maxBytes/d {
-			return nil, fmt.Errorf("%w: dimensions %v exceed the cap of %d bytes", ErrBadIDX, claimedDims(db[:4*nd]), maxBytes)
-		}
-		size *= d
-		dims[i] = int(d)
+	dims, size, err := readIDXHeader(src, maxBytes)
+	if err != nil {
+		return nil, err
 	}
 
 	first := min(size, idxChunk)
@@ -127,6 +100,44 @@ func readIDX(r io.Reader, maxBytes, expect int64) (*IDX, error) {
 		return nil, fmt.Errorf("%w: after data: %v", ErrBadIDX, readErr(err))
 	}
 	return &IDX{Dims: dims, Data: data}, nil
+}
+
+// readIDXHeader reads the magic number and the dimensions from src and
+// returns the dimensions and the data size they give, checked against
+// maxBytes.
+func readIDXHeader(src io.Reader, maxBytes int64) (dims []int, size int64, err error) {
+	var head [4]byte
+	if _, err := io.ReadFull(src, head[:]); err != nil {
+		return nil, 0, fmt.Errorf("%w: magic number: %v", ErrBadIDX, readErr(err))
+	}
+	if head[0] != 0 || head[1] != 0 {
+		return nil, 0, fmt.Errorf("%w: magic number %#08x does not start with two zero bytes", ErrBadIDX, binary.BigEndian.Uint32(head[:]))
+	}
+	if head[2] != idxTypeUbyte {
+		return nil, 0, fmt.Errorf("%w: data type %#02x not supported (only unsigned byte, 0x08)", ErrBadIDX, head[2])
+	}
+	nd := int(head[3])
+	if nd < 1 || nd > idxMaxDims {
+		return nil, 0, fmt.Errorf("%w: %d dimensions (want 1 to %d)", ErrBadIDX, nd, idxMaxDims)
+	}
+	var db [4 * idxMaxDims]byte
+	if _, err := io.ReadFull(src, db[:4*nd]); err != nil {
+		return nil, 0, fmt.Errorf("%w: dimensions: %v", ErrBadIDX, readErr(err))
+	}
+	dims = make([]int, nd)
+	size = 1
+	for i := range dims {
+		d := int64(binary.BigEndian.Uint32(db[4*i:]))
+		if d == 0 {
+			return nil, 0, fmt.Errorf("%w: dimension %d is zero", ErrBadIDX, i)
+		}
+		if d > maxBytes || size > maxBytes/d {
+			return nil, 0, fmt.Errorf("%w: dimensions %v exceed the cap of %d bytes", ErrBadIDX, claimedDims(db[:4*nd]), maxBytes)
+		}
+		size *= d
+		dims[i] = int(d)
+	}
+	return dims, size, nil
 }
 
 func readErr(err error) error {
