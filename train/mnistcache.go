@@ -91,11 +91,20 @@ func gzipTrailer(f fs.File) (crc, size uint32, err error) {
 }
 
 // readCachedIDX returns the IDX array in the file at path if the file has
-// the size and CRC-32 given, and nil otherwise. The array's data is the
-// file's buffer: one read, no copy.
+// the size and CRC-32 given, and nil otherwise. The size is checked before
+// anything is read, so a file of any other size costs no memory. The
+// array's data is the file's buffer: one read, no copy.
 func readCachedIDX(path string, crc, size uint32) *IDX {
-	b, err := os.ReadFile(path)
-	if err != nil || uint32(len(b)) != size || crc32.ChecksumIEEE(b) != crc {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() != int64(size) {
+		return nil
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(f, b); err != nil || crc32.ChecksumIEEE(b) != crc {
 		return nil
 	}
 	r := bytes.NewReader(b)
