@@ -71,6 +71,52 @@ func (o *Outer) Step(dst, start, d []float32) error {
 	return nil
 }
 
+// StepInPlace is Step for one worker on its own pseudo-gradient, fused into
+// one pass, with SlowMo's scaling by the inner learning rate gamma (arXiv
+// 1910.00643, Algorithm 1): with d = anchor - w,
+//
+//	b <- mu b + d / gamma
+//	w <- anchor - lr (d + gamma mu b)
+//
+// written into both w and anchor. The buffer holds the pseudo-gradients in
+// units of the inner rate, so as the inner schedule decays the momentum's
+// part of the step decays with it, and a run that ends at a rate of 0 ends
+// without a step carried on by momentum; at a constant gamma of 1 it is
+// Step. A gamma that is not positive and finite takes no step: w is left
+// as it is and becomes the anchor. On an error nothing is written.
+func (o *Outer) StepInPlace(w, anchor []float32, gamma float64) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	n := len(w)
+	if len(anchor) != n || (o.Buf != nil && len(o.Buf) != n) {
+		return fmt.Errorf("%w: outer step of %d and %d values (buffer %d)", ErrLength, n, len(anchor), len(o.Buf))
+	}
+	for i, v := range w {
+		if d := anchor[i] - v; d-d != 0 {
+			return fmt.Errorf("%w: non-finite pseudo-gradient", ErrBadOuter)
+		}
+	}
+	if !(gamma > 0) || math.IsInf(gamma, 0) {
+		copy(anchor, w)
+		return nil
+	}
+	if o.Buf == nil {
+		o.Buf = make([]float32, n)
+	}
+	lr, mu, g, inv := float32(o.LR), float32(o.Momentum), float32(gamma), float32(1/gamma)
+	buf, anchor := o.Buf[:n], anchor[:n]
+	for i, v := range w {
+		a := anchor[i]
+		d := a - v
+		b := mu*buf[i] + d*inv
+		buf[i] = b
+		v = a - lr*(d+g*mu*b)
+		w[i], anchor[i] = v, v
+	}
+	return nil
+}
+
 // PseudoGradient writes start - theta into dst: what the inner steps moved
 // the model, the vector the workers average.
 func PseudoGradient(dst, start, theta []float32) error {
