@@ -63,7 +63,7 @@ func newCollector(src Source, log *slog.Logger) *collector {
 		accuracy:          d("test_accuracy", "Accuracy of the latest evaluated snapshot on the test set, as a ratio in [0,1]."),
 		samplesPerSec:     d("samples_per_second", "Training throughput in samples per second."),
 		busyFraction:      d("busy_fraction", "Share of wall time the trainer spent stepping, in [0,1]."),
-		busySeconds:       d("busy_seconds_total", "Wall time the trainer spent stepping."),
+		busySeconds:       d("busy_seconds_total", "Wall time the trainer spent stepping (with gossip's slow-momentum steps)."),
 		networkWait:       d("network_wait_seconds_total", "Wall time the trainer loop waited on the network."),
 		progress:          d("progress_samples", "Progress of the model: the training samples it embodies (falls when a merge mixes in an older model)."),
 		epoch:             d("epoch", "Current pass over the local shard."),

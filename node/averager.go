@@ -190,6 +190,7 @@ func (a *averager) catchUp(ctx context.Context, best peer.ID, send func(Event)) 
 		copy(w, remote.Params)
 		clear(mom) // the momentum belonged to the model we dropped
 		*p = remote.Progress
+		n.replaced.Add(1) // and so did the slow momentum
 		return nil
 	})
 	if err != nil {

@@ -103,9 +103,15 @@ type Config struct {
 	// SyncTimeout must then exceed InnerSteps x the slowest member's step.
 	InnerSteps   int
 	InnerScaling string
-	// OuterLR and OuterMomentum (diloco mode) are the outer Nesterov
-	// step's learning rate, > 0, and momentum, in [0, 1).
+	// OuterLR and OuterMomentum (diloco mode, and gossip's slow momentum)
+	// are the outer Nesterov step's learning rate, > 0, and momentum, in
+	// [0, 1).
 	OuterLR, OuterMomentum float64
+	// OuterEvery (gossip mode, the built-in trainer) is the local steps
+	// between two slow-momentum steps (0: none): the node takes an outer
+	// Nesterov step, at OuterLR and OuterMomentum, on what its model moved
+	// since the last one, merges included.
+	OuterEvery int
 
 	// CheckpointEvery is the wall time between checkpoints (0: only the
 	// final one). Ignored without a store.
@@ -152,6 +158,11 @@ const (
 	// steps): of 12.5, 25 and 50 ms, the quickest to target; merging more
 	// often keeps the models closer together.
 	DefaultAvgInterval = 12500 * time.Microsecond
+	// DefaultOuterEvery is the local steps between two of gossip's
+	// slow-momentum steps (Config.OuterEvery). On the reference profile
+	// (docs/benchmarks.md) 20 and 50 brought every node to 97% with
+	// about 0.75x the samples of none; 50 costs the least time.
+	DefaultOuterEvery = 20
 	// DefaultAnnounceInterval is the wall time between announcements (the
 	// shortest: DefaultAnnounceRate stretches it in a large swarm).
 	DefaultAnnounceInterval = time.Second
@@ -206,6 +217,7 @@ func DefaultConfig() Config {
 		InnerScaling:    InnerScalingNone,
 		OuterLR:         averaging.DefaultOuterLR,
 		OuterMomentum:   averaging.DefaultOuterMomentum,
+		OuterEvery:      DefaultOuterEvery,
 		CheckpointEvery: 30 * time.Second,
 		EvalEvery:       10 * time.Second,
 		ReportEvery:     2 * time.Second,
@@ -326,6 +338,9 @@ func (c Config) Validate() error {
 		}
 		if c.InnerScaling != InnerScalingNone && c.InnerScaling != InnerScalingSpeed {
 			bad("inner-steps-scaling %q: want none or speed", c.InnerScaling)
+		}
+		if c.OuterEvery < 0 || c.OuterEvery > 1<<20 {
+			bad("outer-every %d: must be in [0, %d]", c.OuterEvery, 1<<20)
 		}
 		if o := (averaging.Outer{LR: c.OuterLR}); o.Validate() != nil {
 			bad("outer-lr %v: must be finite and > 0", c.OuterLR)

@@ -114,6 +114,10 @@ type trainLoop struct {
 	lossEMA    float64
 	steps      int
 
+	// Gossip's slow momentum: the model after the last outer step, the
+	// outer optimizer and a buffer for the pseudo-gradient.
+	slowMo *slowMomentum // gossip mode, the built-in trainer, OuterEvery > 0
+
 	lastReport, lastCkpt, lastEval time.Time
 	// ckptAt is the trainer's steps, the node's merges and the trainer's
 	// changes (ChangeCounter) at the last checkpoint offered.
@@ -127,6 +131,11 @@ func (l *trainLoop) run(ctx context.Context) (string, error) {
 	l.own, l.startSteps, l.startSamp = float64(s0.Samples), s0.Steps, s0.Samples
 	l.startClock = n.runPosition(l.began, l.own)
 	l.lastReport, l.lastCkpt, l.lastEval = l.began, l.began, l.began
+	// The slow momentum is optimizer state: an external trainer keeps its
+	// own optimizer, which the node does not see, so it gets none.
+	if _, builtin := t.(*goTrainer); builtin && n.cfg.Mode == ModeGossip && n.cfg.OuterEvery > 0 {
+		l.slowMo = newSlowMomentum(n.cfg.OuterEvery, n.cfg.OuterLR, n.cfg.OuterMomentum)
+	}
 	for {
 		clock := n.runPosition(time.Now(), l.own)
 		if reason := l.stop(clock); reason != "" {
@@ -160,6 +169,9 @@ func (l *trainLoop) run(ctx context.Context) (string, error) {
 				return StopInterrupted, nil
 			}
 		}
+		if l.slowMo != nil {
+			l.outerStep(stats.LR)
+		}
 		// Yield between steps: with --threads 1 the trainer would otherwise
 		// hold the only P until preempted, and every network round trip of
 		// an exchange would wait for that (about 10 ms each). A step that
@@ -169,6 +181,28 @@ func (l *trainLoop) run(ctx context.Context) (string, error) {
 			runtime.Gosched()
 		}
 		l.after(stats)
+	}
+}
+
+// outerStep offers the slow momentum a step at the inner learning rate lr
+// of the step just taken, and counts its time as busy:
+// it is the optimizer's work.
+func (l *trainLoop) outerStep(lr float64) {
+	n := l.n
+	if !l.slowMo.due() {
+		return
+	}
+	began := time.Now()
+	err := n.trainer.Apply(func(w, _ []float32, _ *params.Progress) error {
+		return l.slowMo.step(w, lr, n.replaced.Load())
+	})
+	n.outerBusy.Add(int64(time.Since(began)))
+	if err != nil {
+		// A non-finite model is the trainer's to report; a trainer that
+		// cannot take a change, the averager's: skip the step, and start
+		// over from the model as it is then.
+		n.log.Warn("slow-momentum step skipped", "err", err)
+		l.slowMo.reset()
 	}
 }
 

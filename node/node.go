@@ -87,6 +87,11 @@ type Node struct {
 	clock       *runClock
 	trainStart  atomic.Pointer[time.Time]
 	busyAtStart atomic.Int64
+	// outerBusy is the time spent in gossip's slow-momentum steps: training
+	// compute outside the trainer's steps, so busy time. replaced counts
+	// the times the model was replaced whole (a catch-up), inside the
+	// trainer's Apply that replaced it, so the slow momentum starts over.
+	outerBusy, replaced atomic.Int64
 	// alone is the lone-node diagnosis (nil while the node has a partner);
 	// otherFP the peers heard announcing another fingerprint. See alone.go.
 	alone   atomic.Pointer[Alone]

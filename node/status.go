@@ -124,6 +124,7 @@ type RunStatus struct {
 // Status returns the node's current status.
 func (n *Node) Status() Status {
 	s := n.trainer.Stats()
+	s.Busy += time.Duration(n.outerBusy.Load()) // the slow momentum's steps
 	up := time.Since(n.started)
 	st := Status{
 		Network: n.cfg.Train.Network, Mode: string(n.cfg.Mode), Profile: string(n.cfg.Host.Profile),

@@ -30,6 +30,9 @@ const (
 	NodeEpochs = 40
 	// NodeCatchUp is the node's default catch-up threshold, in samples.
 	NodeCatchUp = 60000
+	// NodeOuterEvery is node.DefaultOuterEvery: the steps between two of
+	// gossip's slow-momentum steps.
+	NodeOuterEvery = 20
 )
 
 // Lifetime models. With LifetimeNone every node stays for the whole run.
@@ -134,6 +137,11 @@ type Config struct {
 	Peers int
 	// Merger is the merge rule (averaging.DefaultMerger, the node's).
 	Merger averaging.Merger
+	// OuterEvery is the local steps between two slow-momentum steps of a
+	// node (the node's --outer-every; 0: none), OuterLR and OuterMomentum
+	// the outer Nesterov step's rate (> 0) and momentum (in [0, 1)).
+	OuterEvery             int
+	OuterLR, OuterMomentum float64
 	// CatchUp is the node's catch-up threshold in samples (>= 0, 0: off):
 	// a node that far behind the most advanced peer it knows pulls its
 	// model whole.
@@ -190,30 +198,33 @@ type Config struct {
 func DefaultConfig() Config {
 	tc := train.DefaultConfig()
 	return Config{
-		Nodes:       1000,
-		Duration:    1000 * time.Second,
-		Seed:        1,
-		Dataset:     train.DatasetMNIST,
-		Model:       "softmax",
-		Batch:       tc.Batch,
-		LR:          NodeLR,
-		Schedule:    NodeSchedule,
-		Momentum:    tc.Momentum,
-		WeightDecay: tc.WeightDecay,
-		Epochs:      1500,
-		StepMedian:  time.Second,
-		StepSpread:  0.5,
-		AvgInterval: NodeAvgInterval,
-		Merger:      averaging.DefaultMerger(),
-		CatchUp:     NodeCatchUp,
-		Latency:     50 * time.Millisecond,
-		Bandwidth:   10e6 / 8,
-		WireBytes:   2,
-		Churn:       Churn{Lifetime: LifetimeWeibull, Shape: 0.6, Scale: 600, NeverReturn: 0.3},
-		ReportEvery: 10 * time.Second,
-		EvalNodes:   20,
-		EvalSamples: 2000,
-		Threads:     2,
+		Nodes:         1000,
+		Duration:      1000 * time.Second,
+		Seed:          1,
+		Dataset:       train.DatasetMNIST,
+		Model:         "softmax",
+		Batch:         tc.Batch,
+		LR:            NodeLR,
+		Schedule:      NodeSchedule,
+		Momentum:      tc.Momentum,
+		WeightDecay:   tc.WeightDecay,
+		Epochs:        1500,
+		StepMedian:    time.Second,
+		StepSpread:    0.5,
+		AvgInterval:   NodeAvgInterval,
+		Merger:        averaging.DefaultMerger(),
+		CatchUp:       NodeCatchUp,
+		OuterEvery:    NodeOuterEvery,
+		OuterLR:       averaging.DefaultOuterLR,
+		OuterMomentum: averaging.DefaultOuterMomentum,
+		Latency:       50 * time.Millisecond,
+		Bandwidth:     10e6 / 8,
+		WireBytes:     2,
+		Churn:         Churn{Lifetime: LifetimeWeibull, Shape: 0.6, Scale: 600, NeverReturn: 0.3},
+		ReportEvery:   10 * time.Second,
+		EvalNodes:     20,
+		EvalSamples:   2000,
+		Threads:       2,
 	}
 }
 
@@ -281,6 +292,12 @@ func (c Config) Validate() error {
 	}
 	if err := c.Merger.Validate(); err != nil {
 		bad("merge rule: %v", err)
+	}
+	if c.OuterEvery < 0 || c.OuterEvery > 1<<20 {
+		bad("outer-every %d not in [0,%d]", c.OuterEvery, 1<<20)
+	}
+	if o := (averaging.Outer{LR: c.OuterLR, Momentum: c.OuterMomentum}); c.OuterEvery > 0 && o.Validate() != nil {
+		bad("slow momentum: %v", o.Validate())
 	}
 	if !finite(c.CatchUp) || c.CatchUp < 0 {
 		bad("catch-up %v must be finite and >= 0", c.CatchUp)

@@ -160,7 +160,13 @@ type node struct {
 
 	w, mom   []float32
 	progress params.Progress
-	steps    int64
+	// The slow momentum (Config.OuterEvery): the steps since the last
+	// outer step, the model after it (empty: start over at the next step)
+	// and the outer optimizer.
+	sinceOuter int
+	anchor     []float32
+	outer      averaging.Outer
+	steps      int64
 	// samples is what the node trained in all its sessions; shared the
 	// samples it had trained when the latest snapshot of its model that a
 	// peer merged was taken.
@@ -535,6 +541,9 @@ func (s *simulation) step(n *node) error {
 	s.opt.Update(n.w, n.mom, s.grad, lr)
 	n.progress = n.progress.Step(b)
 	n.steps++
+	if err := s.slowMomentum(n, lr); err != nil {
+		return fmt.Errorf("sim: slow momentum of node %d: %w", n.id, err)
+	}
 	n.samples += int64(b)
 	s.res.Steps++
 	s.res.Samples += int64(b)
@@ -542,6 +551,24 @@ func (s *simulation) step(n *node) error {
 		n.at = 0
 	}
 	return nil
+}
+
+// slowMomentum takes the node's outer step every OuterEvery steps at the
+// step's learning rate lr, as its train loop does.
+func (s *simulation) slowMomentum(n *node, lr float64) error {
+	if s.cfg.OuterEvery <= 0 {
+		return nil
+	}
+	if n.sinceOuter++; n.sinceOuter < s.cfg.OuterEvery && len(n.anchor) > 0 {
+		return nil
+	}
+	n.sinceOuter = 0
+	if len(n.anchor) != len(n.w) {
+		n.anchor = append(n.anchor[:0], n.w...)
+		n.outer = averaging.Outer{LR: s.cfg.OuterLR, Momentum: s.cfg.OuterMomentum}
+		return nil
+	}
+	return n.outer.StepInPlace(n.w, n.anchor, lr)
 }
 
 // nextRound schedules n's next round: merge.Pace's wait after the round
@@ -709,6 +736,7 @@ func (s *simulation) catchUp(a, b *node, sn *snap) {
 	}
 	copy(a.w, sn.s.Params)
 	clear(a.mom)
+	a.anchor = a.anchor[:0] // the slow momentum belonged to it too
 	a.progress = sn.s.Progress
 	a.tookIn(s.now, sn.s.Age, true)
 	s.res.CatchUps++
@@ -750,6 +778,7 @@ func (s *simulation) join(n *node) {
 	n.session++
 	n.live = true
 	n.judgedCatchUp = false
+	n.anchor = n.anchor[:0] // a new process: its slow momentum starts over
 	i, _ := slices.BinarySearchFunc(s.live, n.id, func(p *node, id int) int { return cmp.Compare(p.id, id) })
 	s.live = slices.Insert(s.live, i, n)
 	s.res.Joins++
@@ -821,7 +850,7 @@ func (s *simulation) leave(n *node) {
 	s.res.Gone++
 	s.res.LostSamples += n.samples - n.shared
 	s.free = append(s.free, n.w, n.mom)
-	n.w, n.mom, n.perm = nil, nil, nil
+	n.w, n.mom, n.perm, n.anchor = nil, nil, nil, nil
 }
 
 // arrive is one arrival of the lifetime model: a node from the offline

@@ -68,8 +68,9 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	innerSteps := fs.Int("inner-steps", d.InnerSteps, "diloco mode: local steps between two outer rounds (H)")
 	innerScaling := fs.String("inner-steps-scaling", d.InnerScaling,
 		"diloco mode: none, or speed (scale each member's inner steps by its speed over the group's fastest, so all finish a round together: DyLU)")
-	outerLR := fs.Float64("outer-lr", d.OuterLR, "diloco mode: outer learning rate (Nesterov step on the mean pseudo-gradient)")
-	outerMomentum := fs.Float64("outer-momentum", d.OuterMomentum, "diloco mode: outer Nesterov momentum, in [0,1)")
+	outerLR := fs.Float64("outer-lr", d.OuterLR, "diloco mode: outer learning rate (Nesterov step on the mean pseudo-gradient); gossip mode: the slow momentum's")
+	outerMomentum := fs.Float64("outer-momentum", d.OuterMomentum, "diloco mode and gossip's slow momentum: outer Nesterov momentum, in [0,1)")
+	outerEvery := fs.Int("outer-every", d.OuterEvery, "gossip mode, built-in trainer: local steps between two slow-momentum steps, an outer Nesterov step at --outer-lr and --outer-momentum on what the model moved since the last, merges included (0: none)")
 	maxUpload := fs.Int("max-upload", d.MaxUpload, "cap on bytes/s sent to peers (0: no cap)")
 	wire := fs.String("wire-dtype", d.Exchange.SendDType.String(), "precision of models sent: fp32 or fp16")
 	evalEvery := fs.Duration("eval-every", d.EvalEvery, "wall time between test-set evaluations (0: only at epoch ends)")
@@ -191,6 +192,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	cfg.Trust.Enabled, cfg.Trust.Holdout = *trust, *holdout
 	cfg.SyncTimeout = *syncTimeout
 	cfg.InnerSteps, cfg.InnerScaling, cfg.OuterLR, cfg.OuterMomentum = *innerSteps, *innerScaling, *outerLR, *outerMomentum
+	cfg.OuterEvery = *outerEvery
 	cfg.EvalEvery = *evalEvery
 	cfg.Announce.Interval, cfg.Announce.TopicRate = *announce, *announceRate
 	if cfg.Announce.FreshWindow < 3**announce {

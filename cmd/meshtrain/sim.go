@@ -72,6 +72,9 @@ func simConfig(e *env, args []string) (cfg sim.Config, out string, code int, ok 
 	momentum := fs.String("momentum-policy", d.Merger.Momentum.String(), "momentum on merge: keep, reset or mix (default: the node's)")
 	ahead := fs.String("staleness-ahead", d.Merger.Ahead.String(), "weight of a model ahead of ours: fresh or pull (default: the node's)")
 	catchUp := fs.Float64("catch-up", d.CatchUp, "pull the model of a peer ahead by more than this many samples (0: never; default: the node's)")
+	outerEvery := fs.Int("outer-every", d.OuterEvery, "local steps between two slow-momentum steps of a node (0: none; default: the node's)")
+	outerLR := fs.Float64("outer-lr", d.OuterLR, "slow momentum: outer learning rate (default: the node's)")
+	outerMomentum := fs.Float64("outer-momentum", d.OuterMomentum, "slow momentum: outer Nesterov momentum, in [0,1) (default: the node's)")
 	netFlag := fs.String("net", fmt.Sprintf("wan:%v,%gmbit", 2*d.Latency, d.Bandwidth*8/1e6),
 		"link between any two nodes: wan:RTT,RATE (latency RTT/2 each way, RATE per node, e.g. wan:100ms,10mbit)")
 	wire := fs.String("wire-dtype", "fp16", "precision of models on the wire: fp16 or fp32 (sets the bytes sent)")
@@ -94,6 +97,7 @@ func simConfig(e *env, args []string) (cfg sim.Config, out string, code int, ok 
 	cfg.StepMedian, cfg.StepSpread, cfg.AvgInterval, cfg.Peers, cfg.CatchUp = *step, *spread, *avgInterval, *peers, *catchUp
 	cfg.ReportEvery, cfg.EvalNodes, cfg.EvalSamples, cfg.Threads = *reportEvery, *evalNodes, *evalSamples, *threads
 	cfg.Churn.NeverReturn = *never
+	cfg.OuterEvery, cfg.OuterLR, cfg.OuterMomentum = *outerEvery, *outerLR, *outerMomentum
 	cfg.Merger.Alpha = *alpha
 	var errs []error
 	if *slowdowns != "" {
