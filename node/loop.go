@@ -70,7 +70,7 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 
 	n.awaitStart(ctx)
 	began := time.Now()
-	n.busyAtStart.Store(int64(n.trainer.Stats().Busy))
+	n.busyAtStart.Store(int64(n.busy(n.trainer.Stats())))
 	n.trainStart.Store(&began)
 
 	evals := make(chan evalRequest, 1)

@@ -30,7 +30,7 @@ const (
 	MetaShard        = "shard"           // the writer's --shard
 	MetaTimeUnixNano = "time_unix_ns"    // wall clock when taken
 	MetaSamples      = "samples"         // training samples processed
-	MetaBusyNanos    = "busy_ns"         // compute plus emulated slowness
+	MetaBusyNanos    = "busy_ns"         // compute plus emulated slowness, the slow momentum included
 	MetaNetWaitNanos = "network_wait_ns" // trainer loop waiting on the network
 	MetaBytesSent    = "bytes_sent"      // parameter-exchange bytes sent
 	MetaMerges       = "merges"          // merges applied
@@ -150,7 +150,7 @@ func (n *Node) writeSnapshot(seq int, snap params.Snapshot, s TrainerStats, base
 	meta[MetaStep] = itoa(snap.Step)
 	meta[MetaProgress] = strconv.FormatFloat(float64(snap.Progress), 'g', -1, 64)
 	meta[MetaSamples] = itoa(s.Samples)
-	meta[MetaBusyNanos] = itoa(int64(s.Busy))
+	meta[MetaBusyNanos] = itoa(int64(n.busy(s)))
 	meta[MetaBaseStepNano] = itoa(int64(s.BaseStep))
 	meta[MetaNetWaitNanos] = itoa(n.networkWait.Load())
 	meta[MetaBytesSent] = strconv.FormatUint(n.counters.Snapshot().BytesSent, 10)

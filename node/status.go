@@ -121,10 +121,16 @@ type RunStatus struct {
 	ClockClamped int64 `json:"clock_clamped"`
 }
 
+// busy is the node's busy time: the trainer's steps and the slow
+// momentum's.
+func (n *Node) busy(s TrainerStats) time.Duration {
+	return s.Busy + time.Duration(n.outerBusy.Load())
+}
+
 // Status returns the node's current status.
 func (n *Node) Status() Status {
 	s := n.trainer.Stats()
-	s.Busy += time.Duration(n.outerBusy.Load()) // the slow momentum's steps
+	s.Busy = n.busy(s)
 	up := time.Since(n.started)
 	st := Status{
 		Network: n.cfg.Train.Network, Mode: string(n.cfg.Mode), Profile: string(n.cfg.Host.Profile),
