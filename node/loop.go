@@ -197,6 +197,7 @@ func (l *trainLoop) outerStep(lr float64) {
 		return l.slowMo.step(w, lr, n.replaced.Load())
 	})
 	n.outerBusy.Add(int64(time.Since(began)))
+	n.outerSteps.Store(l.slowMo.taken)
 	if err != nil {
 		// A non-finite model is the trainer's to report; a trainer that
 		// cannot take a change, the averager's: skip the step, and start

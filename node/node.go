@@ -92,6 +92,8 @@ type Node struct {
 	// the times the model was replaced whole (a catch-up), inside the
 	// trainer's Apply that replaced it, so the slow momentum starts over.
 	outerBusy, replaced atomic.Int64
+	// outerSteps is the slow-momentum steps taken (OuterSteps).
+	outerSteps atomic.Int64
 	// alone is the lone-node diagnosis (nil while the node has a partner);
 	// otherFP the peers heard announcing another fingerprint. See alone.go.
 	alone   atomic.Pointer[Alone]

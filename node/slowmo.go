@@ -26,6 +26,8 @@ type slowMomentum struct {
 	since    int
 	anchor   []float32
 	replaced int64
+	// taken counts the outer steps taken (not the anchors).
+	taken int64
 }
 
 func newSlowMomentum(every int, lr, momentum float64) *slowMomentum {
@@ -53,7 +55,11 @@ func (s *slowMomentum) step(w []float32, lr float64, replaced int64) error {
 		s.outer.Buf = nil
 		return nil
 	}
-	return s.outer.StepInPlace(w, s.anchor, lr)
+	if err := s.outer.StepInPlace(w, s.anchor, lr); err != nil {
+		return err
+	}
+	s.taken++
+	return nil
 }
 
 // reset drops the anchor: the next step starts over.

@@ -121,6 +121,11 @@ type RunStatus struct {
 	ClockClamped int64 `json:"clock_clamped"`
 }
 
+// OuterSteps is the slow-momentum steps the node has taken in this
+// process (0 with --outer-every 0, in other modes and with an external
+// trainer).
+func (n *Node) OuterSteps() int64 { return n.outerSteps.Load() }
+
 // busy is the node's busy time: the trainer's steps and the slow
 // momentum's.
 func (n *Node) busy(s TrainerStats) time.Duration {

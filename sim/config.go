@@ -32,7 +32,7 @@ const (
 	NodeCatchUp = 60000
 	// NodeOuterEvery is node.DefaultOuterEvery: the steps between two of
 	// gossip's slow-momentum steps.
-	NodeOuterEvery = 20
+	NodeOuterEvery = 0
 )
 
 // Lifetime models. With LifetimeNone every node stays for the whole run.

@@ -495,3 +495,30 @@ func TestSimByteDataMatchesFloat(t *testing.T) {
 		t.Fatalf("bytes and floats gave different runs:\n%+v\n%+v", got.Final(), want.Final())
 	}
 }
+
+// The node's slow momentum, in the simulator: it changes the run, the
+// swarm still settles (the momentum fades with the schedule) and learns.
+func TestSimSlowMomentum(t *testing.T) {
+	c := small()
+	c.OuterEvery = 20
+	on := simulate(t, c).res.Points
+	off := simulate(t, small()).res.Points
+	last := on[len(on)-1]
+	peak := 0.0
+	for _, p := range on[1 : len(on)-1] {
+		peak = max(peak, p.ConsensusDistance)
+	}
+	if !(last.ConsensusDistance < peak/2) {
+		t.Errorf("consensus distance %v at the end, %v at its peak: want it to fall by half", last.ConsensusDistance, peak)
+	}
+	if last.AverageAccuracy < 0.85 {
+		t.Errorf("average model at %.3f, want >= 0.85", last.AverageAccuracy)
+	}
+	same := true
+	for i := range on {
+		same = same && on[i].ConsensusDistance == off[i].ConsensusDistance
+	}
+	if same {
+		t.Error("slow momentum every 20 steps left every point's consensus distance as it is without it")
+	}
+}
