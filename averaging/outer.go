@@ -83,7 +83,9 @@ func (o *Outer) Step(dst, start, d []float32) error {
 // part of the step decays with it, and a run that ends at a rate of 0 ends
 // without a step carried on by momentum; at a constant gamma of 1 it is
 // Step. A gamma that is not positive and finite takes no step: w is left
-// as it is and becomes the anchor. On an error nothing is written.
+// as it is and becomes the anchor. On an error nothing is written; on
+// success w, anchor and the buffer are finite (a result that would not be
+// is an error), so a caller need not scan them.
 func (o *Outer) StepInPlace(w, anchor []float32, gamma float64) error {
 	if err := o.Validate(); err != nil {
 		return err
@@ -92,19 +94,34 @@ func (o *Outer) StepInPlace(w, anchor []float32, gamma float64) error {
 	if len(anchor) != n || (o.Buf != nil && len(o.Buf) != n) {
 		return fmt.Errorf("%w: outer step of %d and %d values (buffer %d)", ErrLength, n, len(anchor), len(o.Buf))
 	}
+	step := gamma > 0 && !math.IsInf(gamma, 0)
+	lr, mu, g, inv := float32(o.LR), float32(o.Momentum), float32(gamma), float32(1/gamma)
+	// A first pass computes the result without writing it, so a
+	// non-finite input or result leaves everything as it was.
 	for i, v := range w {
-		if d := anchor[i] - v; d-d != 0 {
-			return fmt.Errorf("%w: non-finite pseudo-gradient", ErrBadOuter)
+		d := anchor[i] - v
+		if !step {
+			if d-d != 0 {
+				return fmt.Errorf("%w: non-finite pseudo-gradient", ErrBadOuter)
+			}
+			continue
+		}
+		var b float32
+		if o.Buf != nil {
+			b = o.Buf[i]
+		}
+		b = mu*b + d*inv
+		if r := anchor[i] - lr*(d+g*mu*b); r-r != 0 || b-b != 0 {
+			return fmt.Errorf("%w: non-finite pseudo-gradient or outer step", ErrBadOuter)
 		}
 	}
-	if !(gamma > 0) || math.IsInf(gamma, 0) {
+	if !step {
 		copy(anchor, w)
 		return nil
 	}
 	if o.Buf == nil {
 		o.Buf = make([]float32, n)
 	}
-	lr, mu, g, inv := float32(o.LR), float32(o.Momentum), float32(gamma), float32(1/gamma)
 	buf, anchor := o.Buf[:n], anchor[:n]
 	for i, v := range w {
 		a := anchor[i]

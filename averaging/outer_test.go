@@ -193,6 +193,11 @@ func TestOuterStepInPlaceErrors(t *testing.T) {
 	if err := o.StepInPlace(w, anchor, 1); !errors.Is(err, ErrBadOuter) || w[0] != 1 || anchor[0] != 2 || o.Buf != nil {
 		t.Errorf("non-finite model: %v; w %v anchor %v buffer %v, want nothing written", err, w, anchor, o.Buf)
 	}
+	// Finite inputs whose step would overflow: an error, nothing written.
+	w, anchor = []float32{1e38}, []float32{3e38}
+	if err := o.StepInPlace(w, anchor, 1e-3); !errors.Is(err, ErrBadOuter) || w[0] != 1e38 || anchor[0] != 3e38 || o.Buf != nil {
+		t.Errorf("overflowing step: %v; w %v anchor %v buffer %v, want nothing written", err, w, anchor, o.Buf)
+	}
 	bad := Outer{LR: 0, Momentum: 0.9}
 	if err := bad.StepInPlace(make([]float32, 1), make([]float32, 1), 1); !errors.Is(err, ErrBadOuter) {
 		t.Errorf("lr 0: %v", err)

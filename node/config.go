@@ -162,9 +162,10 @@ const (
 	// slow-momentum steps (Config.OuterEvery): none. Every 20 steps
 	// brought every node to 97% with 0.65x the samples on iid shards and
 	// 0.56x on label-skewed ones (docs/benchmarks.md, slow momentum), but
-	// with it the trust checks let a sign-flipping attacker's models
-	// through and the hostile suite's honest nodes ended further apart:
-	// a swarm that needs the checks does not get it by default.
+	// with it the hostile suite failed: an honest node merged a
+	// sign-flipping attacker's models whole, and the honest nodes'
+	// accuracy moved by more than 1 pp: a swarm that needs the trust
+	// checks does not get it by default.
 	DefaultOuterEvery = 0
 	// DefaultAnnounceInterval is the wall time between announcements (the
 	// shortest: DefaultAnnounceRate stretches it in a large swarm).

@@ -114,9 +114,9 @@ type trainLoop struct {
 	lossEMA    float64
 	steps      int
 
-	// Gossip's slow momentum: the model after the last outer step, the
-	// outer optimizer and a buffer for the pseudo-gradient.
-	slowMo *slowMomentum // gossip mode, the built-in trainer, OuterEvery > 0
+	// slowMo is gossip's slow momentum: nil unless in gossip mode, with
+	// the built-in trainer and OuterEvery > 0.
+	slowMo *slowMomentum
 
 	lastReport, lastCkpt, lastEval time.Time
 	// ckptAt is the trainer's steps, the node's merges and the trainer's
@@ -193,7 +193,11 @@ func (l *trainLoop) outerStep(lr float64) {
 		return
 	}
 	began := time.Now()
-	err := n.trainer.Apply(func(w, _ []float32, _ *params.Progress) error {
+	// StepInPlace writes nothing when it fails and only finite values
+	// when it succeeds: the trainer need not copy the model for a
+	// rollback and scan it after (the built-in trainer is a
+	// CheckedApplier; that is what a step would otherwise cost).
+	err := n.trainer.(CheckedApplier).ApplyChecked(func(w, _ []float32, _ *params.Progress) error {
 		return l.slowMo.step(w, lr, n.replaced.Load())
 	})
 	n.outerBusy.Add(int64(time.Since(began)))
