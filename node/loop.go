@@ -189,7 +189,7 @@ func (l *trainLoop) run(ctx context.Context) (string, error) {
 // it is the optimizer's work.
 func (l *trainLoop) outerStep(lr float64) {
 	n := l.n
-	if !l.slowMo.due() {
+	if !l.slowMo.Due() {
 		return
 	}
 	began := time.Now()
@@ -201,13 +201,13 @@ func (l *trainLoop) outerStep(lr float64) {
 		return l.slowMo.step(w, lr, n.replaced.Load())
 	})
 	n.outerBusy.Add(int64(time.Since(began)))
-	n.outerSteps.Store(l.slowMo.taken)
+	n.outerSteps.Store(l.slowMo.Taken())
 	if err != nil {
 		// A non-finite model is the trainer's to report; a trainer that
 		// cannot take a change, the averager's: skip the step, and start
 		// over from the model as it is then.
 		n.log.Warn("slow-momentum step skipped", "err", err)
-		l.slowMo.reset()
+		l.slowMo.Reset()
 	}
 }
 

@@ -160,13 +160,9 @@ type node struct {
 
 	w, mom   []float32
 	progress params.Progress
-	// The slow momentum (Config.OuterEvery): the steps since the last
-	// outer step, the model after it (empty: start over at the next step)
-	// and the outer optimizer.
-	sinceOuter int
-	anchor     []float32
-	outer      averaging.Outer
-	steps      int64
+	// slow is the node's slow momentum (nil with Config.OuterEvery 0).
+	slow  *averaging.SlowMomentum
+	steps int64
 	// samples is what the node trained in all its sessions; shared the
 	// samples it had trained when the latest snapshot of its model that a
 	// peer merged was taken.
@@ -559,16 +555,13 @@ func (s *simulation) slowMomentum(n *node, lr float64) error {
 	if s.cfg.OuterEvery <= 0 {
 		return nil
 	}
-	if n.sinceOuter++; n.sinceOuter < s.cfg.OuterEvery && len(n.anchor) > 0 {
+	if n.slow == nil {
+		n.slow = averaging.NewSlowMomentum(s.cfg.OuterEvery, s.cfg.OuterLR, s.cfg.OuterMomentum)
+	}
+	if !n.slow.Due() {
 		return nil
 	}
-	n.sinceOuter = 0
-	if len(n.anchor) != len(n.w) {
-		n.anchor = append(n.anchor[:0], n.w...)
-		n.outer = averaging.Outer{LR: s.cfg.OuterLR, Momentum: s.cfg.OuterMomentum}
-		return nil
-	}
-	return n.outer.StepInPlace(n.w, n.anchor, lr)
+	return n.slow.Step(n.w, lr)
 }
 
 // nextRound schedules n's next round: merge.Pace's wait after the round
@@ -736,7 +729,9 @@ func (s *simulation) catchUp(a, b *node, sn *snap) {
 	}
 	copy(a.w, sn.s.Params)
 	clear(a.mom)
-	a.anchor = a.anchor[:0] // the slow momentum belonged to it too
+	if a.slow != nil {
+		a.slow.Reset() // the slow momentum belonged to it too
+	}
 	a.progress = sn.s.Progress
 	a.tookIn(s.now, sn.s.Age, true)
 	s.res.CatchUps++
@@ -778,7 +773,7 @@ func (s *simulation) join(n *node) {
 	n.session++
 	n.live = true
 	n.judgedCatchUp = false
-	n.anchor = n.anchor[:0] // a new process: its slow momentum starts over
+	n.slow = nil // a new process: its slow momentum starts over
 	i, _ := slices.BinarySearchFunc(s.live, n.id, func(p *node, id int) int { return cmp.Compare(p.id, id) })
 	s.live = slices.Insert(s.live, i, n)
 	s.res.Joins++
@@ -850,7 +845,7 @@ func (s *simulation) leave(n *node) {
 	s.res.Gone++
 	s.res.LostSamples += n.samples - n.shared
 	s.free = append(s.free, n.w, n.mom)
-	n.w, n.mom, n.perm, n.anchor = nil, nil, nil, nil
+	n.w, n.mom, n.perm, n.slow = nil, nil, nil, nil
 }
 
 // arrive is one arrival of the lifetime model: a node from the offline
