@@ -4,7 +4,11 @@ package gossip
 // behind sync mode's rounds (and diloco's), with no member reducing for
 // everyone. Which members take part in which reduction is decided
 // elsewhere (the sync leader's roster, sync.go); this file only moves and
-// sums one flat fp32 buffer among an agreed, sorted member list.
+// sums one flat fp32 buffer among an agreed, sorted member list. Its
+// payloads travel as fp32 or, for the sender that asks (AllReduceConfig's
+// DType), as fp16, which halves the bytes: meant for updates and
+// pseudo-gradients, whose rounding error is small next to the step, not
+// for parameters.
 //
 // The scheme is the direct reduce-scatter + all-gather: of N members, member
 // i owns segment i of the buffer. Every member sends segment j to member j;
@@ -12,14 +16,16 @@ package gossip
 // mean back to every member. Each member sends and receives 2 (N-1)/N of
 // the buffer, as a ring does, but in 2 steps instead of 2 (N-1), which is
 // what matters on loopback and on links with latency. Every member ends
-// with the same bytes: each segment was computed once, by its owner.
+// with the same bytes: each segment was computed once, by its owner, who
+// keeps the values it sends (rounded to fp16 if it sends fp16).
 //
 // Each ordered pair of members uses one long-lived stream (opened by the
 // sender on first use, kept across reductions), carrying messages of one
-// 48-byte header and a bounded fp32 payload:
+// 48-byte header and a bounded fp32 or fp16 payload:
 //
 //	0:4   magic "MTAR"          4     version (1)
-//	5     kind: 1 scatter, 2 gather          6:8   reserved, zero
+//	5     kind: 1 scatter, 2 gather          6     payload: 0 fp32, 2 fp16
+//	7     reserved, zero
 //	8:16  reduction round       16:24 reduction group (a nonce)
 //	24:32 buffer length, elements
 //	32:40 offset of the payload, elements    40:44 payload elements
@@ -137,6 +143,11 @@ type AllReduceConfig struct {
 	AheadWait time.Duration
 	// MaxMembers caps a reduction's member list. Default 64.
 	MaxMembers int
+	// DType is the payload type we send: FP32 (the default, also if zero)
+	// or FP16, which halves the bytes and rounds every value we send
+	// (each owner's mean too, on every member alike). A message that
+	// would overflow fp16 goes as fp32. We read either from any member.
+	DType DType
 	// UploadLimiter, Counters, OnReject and Logger as in SyncConfig.
 	UploadLimiter Limiter
 	Counters      *Counters
@@ -173,12 +184,16 @@ func (c AllReduceConfig) Validate() error {
 	if c.MaxMembers < 1 || c.MaxMembers > MaxSyncMembers {
 		bad("MaxMembers %d not in [1, %d]", c.MaxMembers, MaxSyncMembers)
 	}
+	if c.DType != 0 && c.DType != FP32 && c.DType != FP16 {
+		bad("DType %v: want fp32 or fp16", c.DType)
+	}
 	return errors.Join(errs...)
 }
 
 // reduceHeader is one message's header.
 type reduceHeader struct {
 	kind          byte
+	dtype         DType // FP32 or FP16
 	id            ReduceID
 	total, offset uint64
 	count         uint32
@@ -189,6 +204,9 @@ func (h reduceHeader) marshal() [ReduceHeaderSize]byte {
 	copy(b[0:4], reduceMagic[:])
 	b[4] = reduceVersion
 	b[5] = h.kind
+	if h.dtype == FP16 {
+		b[6] = byte(FP16)
+	}
 	binary.LittleEndian.PutUint64(b[8:16], h.id.Round)
 	binary.LittleEndian.PutUint64(b[16:24], h.id.Group)
 	binary.LittleEndian.PutUint64(b[24:32], h.total)
@@ -211,15 +229,21 @@ func parseReduceHeader(b []byte, maxElements int) (reduceHeader, error) {
 	}
 	h := reduceHeader{
 		kind:   b[5],
+		dtype:  FP32,
 		id:     ReduceID{Round: binary.LittleEndian.Uint64(b[8:16]), Group: binary.LittleEndian.Uint64(b[16:24])},
 		total:  binary.LittleEndian.Uint64(b[24:32]),
 		offset: binary.LittleEndian.Uint64(b[32:40]),
 		count:  binary.LittleEndian.Uint32(b[40:44]),
 	}
+	if b[6] == byte(FP16) {
+		h.dtype = FP16
+	}
 	switch {
 	case h.kind != reduceScatter && h.kind != reduceGather:
 		return h, fmt.Errorf("%w: all-reduce message kind %d", ErrProtocol, h.kind)
-	case b[6] != 0 || b[7] != 0 || binary.LittleEndian.Uint32(b[44:48]) != 0:
+	case b[6] != 0 && b[6] != byte(FP16):
+		return h, fmt.Errorf("%w: all-reduce payload type %d", ErrProtocol, b[6])
+	case b[7] != 0 || binary.LittleEndian.Uint32(b[44:48]) != 0:
 		return h, fmt.Errorf("%w: reserved all-reduce header bytes set", ErrProtocol)
 	case h.total == 0 || h.total > uint64(maxElements):
 		return h, fmt.Errorf("%w: all-reduce buffer of %d elements (limit %d)", ErrOversize, h.total, maxElements)
@@ -427,6 +451,7 @@ func (a *AllReducer) accept(st network.Stream) {
 func (a *AllReducer) read(st network.Stream, p peer.ID) error {
 	x := &streamIO{ctx: a.ctx, st: st, c: a.c, timeout: a.cfg.ChunkTimeout}
 	var hb [ReduceHeaderSize]byte
+	var half []byte // fp16 payloads, before they are widened
 	for {
 		// Between reductions a stream idles as long as it likes.
 		_ = st.SetReadDeadline(time.Time{})
@@ -444,10 +469,15 @@ func (a *AllReducer) read(st network.Stream, p peer.ID) error {
 			return err
 		}
 		data := a.alloc(int(h.count))
-		if err := x.readFull(float32Bytes(data)); err != nil {
+		if h.dtype == FP16 {
+			half = slices.Grow(half[:0], 2*len(data))[:2*len(data)]
+			if err := x.readFull(half); err != nil {
+				return fmt.Errorf("read all-reduce payload: %w", err)
+			}
+			decodeFP16(data, half)
+		} else if err := x.readFull(float32Bytes(data)); err != nil {
 			return fmt.Errorf("read all-reduce payload: %w", err)
-		}
-		if !littleEndian {
+		} else if !littleEndian {
 			b := float32Bytes(data)
 			for i := range data {
 				data[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
@@ -652,7 +682,7 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 		jlo, jhi := segment(n, k, j)
 		senders.Go(func() {
 			defer close(scattered[j])
-			if err := a.send(ctx, p, reduceScatter, op.id, n, jlo, buf[jlo:jhi]); err != nil {
+			if err := a.send(ctx, p, reduceScatter, a.cfg.DType, op.id, n, jlo, buf[jlo:jhi]); err != nil {
 				sendErr <- onPeer(p, err)
 			}
 		})
@@ -761,6 +791,11 @@ func (a *AllReducer) finishSegment(ctx context.Context, op *reduceOp, me int, ow
 	if !allFinite(own) {
 		return fmt.Errorf("%w: the mean of our segment overflows", ErrNonFinite)
 	}
+	// What we send is what we keep, so every member holds the same bytes.
+	dt := FP32
+	if a.cfg.DType == FP16 && roundFP16(own) {
+		dt = FP16
+	}
 	copy(buf[lo:], own)
 	seg := buf[lo : lo+len(own)]
 	for j, p := range op.members {
@@ -768,7 +803,7 @@ func (a *AllReducer) finishSegment(ctx context.Context, op *reduceOp, me int, ow
 			continue
 		}
 		senders.Go(func() {
-			if err := a.send(ctx, p, reduceGather, op.id, len(buf), lo, seg); err != nil {
+			if err := a.send(ctx, p, reduceGather, dt, op.id, len(buf), lo, seg); err != nil {
 				sendErr <- onPeer(p, err)
 			}
 		})
@@ -788,8 +823,9 @@ func (a *AllReducer) cutOff(p peer.ID) {
 }
 
 // send writes v, which starts at offset off of a buffer of total elements,
-// to p as messages of at most ChunkElements.
-func (a *AllReducer) send(ctx context.Context, p peer.ID, kind byte, id ReduceID, total, off int, v []float32) error {
+// to p as messages of at most ChunkElements, each as dt or, if fp16 would
+// overflow, as fp32.
+func (a *AllReducer) send(ctx context.Context, p peer.ID, kind byte, dt DType, id ReduceID, total, off int, v []float32) error {
 	l := a.link(p)
 	if l == nil {
 		return ErrClosed
@@ -821,12 +857,18 @@ func (a *AllReducer) send(ctx context.Context, p peer.ID, kind byte, id ReduceID
 	var scratch []byte
 	for len(v) > 0 {
 		c := min(len(v), a.cfg.ChunkElements)
-		h := reduceHeader{kind: kind, id: id, total: uint64(total), offset: uint64(off), count: uint32(c)}
+		h := reduceHeader{kind: kind, dtype: FP32, id: id, total: uint64(total), offset: uint64(off), count: uint32(c)}
+		payload := float32Bytes(v[:c])
+		if dt == FP16 {
+			scratch = slices.Grow(scratch[:0], 2*c)[:2*c]
+			if !encodeFP16(scratch, v[:c]) {
+				h.dtype, payload = FP16, scratch
+			}
+		}
 		hb := h.marshal()
 		err := x.writeAll(hb[:])
 		if err == nil {
-			payload := float32Bytes(v[:c])
-			if !littleEndian {
+			if h.dtype == FP32 && !littleEndian {
 				scratch = slices.Grow(scratch[:0], 4*c)[:4*c]
 				for i, f := range v[:c] {
 					binary.LittleEndian.PutUint32(scratch[4*i:], math.Float32bits(f))

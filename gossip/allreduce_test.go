@@ -36,10 +36,17 @@ type reducePeer struct {
 // peer ID.
 func newReducers(t testing.TB, k int, cfg AllReduceConfig) ([]reducePeer, []peer.ID) {
 	t.Helper()
+	return newReducersWith(t, k, func(int) AllReduceConfig { return cfg })
+}
+
+// newReducersWith is newReducers with host i's config cfg(i) (before the
+// sort).
+func newReducersWith(t testing.TB, k int, cfg func(i int) AllReduceConfig) ([]reducePeer, []peer.ID) {
+	t.Helper()
 	ps := make([]reducePeer, k)
 	for i := range ps {
 		h := newHost(t, "tcp", testConfig(1))
-		c := cfg
+		c := cfg(i)
 		c.Counters = new(Counters)
 		r, err := NewAllReducer(h, c)
 		if err != nil {
@@ -178,6 +185,14 @@ func TestAllReduceHostile(t *testing.T) {
 	}
 	nan := make([]float32, n/2)
 	nan[3] = float32(math.NaN())
+	// n/2 fp16 values, every one +Inf (0x7c00), in the bytes of n/4
+	// float32s.
+	halfInf := good(reduceScatter, n, n/2, n/2)
+	halfInf.dtype = FP16
+	fp16Infs := make([]float32, n/4)
+	for i := range fp16Infs {
+		fp16Infs[i] = math.Float32frombits(0x7c007c00)
+	}
 	cases := []struct {
 		name    string
 		hdr     func(b []byte)
@@ -192,7 +207,9 @@ func TestAllReduceHostile(t *testing.T) {
 		{"wrong buffer size", nil, good(reduceScatter, n+2, n/2, 10), make([]float32, 10), ReasonSizeMismatch},
 		{"not our segment", nil, good(reduceScatter, n, 0, 10), make([]float32, 10), ReasonProtocol},
 		{"NaN", nil, good(reduceScatter, n, n/2, n/2), nan, ReasonNonFinite},
-		{"reserved bits", func(b []byte) { b[6] = 1 }, good(reduceScatter, n, n/2, n/2), make([]float32, n/2), ReasonProtocol},
+		{"reserved bits", func(b []byte) { b[7] = 1 }, good(reduceScatter, n, n/2, n/2), make([]float32, n/2), ReasonProtocol},
+		{"unknown payload type", func(b []byte) { b[6] = 1 }, good(reduceScatter, n, n/2, n/2), make([]float32, n/2), ReasonProtocol},
+		{"fp16 infinity", nil, halfInf, fp16Infs, ReasonNonFinite},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -287,22 +304,128 @@ func FuzzAllReduceHeader(f *testing.F) {
 	})
 }
 
-// BenchmarkAllReduce: one all-reduce of 1 MB and of 100 MB among 4 hosts on
-// loopback (TCP), next to a plain stream copy of the same bytes between two
-// of those hosts in the same run: ratio is all-reduce time / copy time.
-// The all-reduce moves 1.5 x the buffer out of and into every host, 6 x the
-// copy's bytes in all, through the same CPUs; mesh-copy-ms is those same
-// transfers as plain stream copies, all at once with no reduction, and
+// TestAllReduceFP16: members that send fp16 send half the bytes, every
+// member ends with the same bits, the mean is within fp16 rounding of the
+// exact one, and a segment an fp16 member owns holds fp16 values; a member
+// that sends fp32 reduces with them; a value fp16 cannot hold travels as
+// fp32 and arrives whole.
+func TestAllReduceFP16(t *testing.T) {
+	checkLeaks(t)
+	const k, n = 4, 10007
+	sent := func(ps []reducePeer) (b uint64) {
+		for _, p := range ps {
+			b += p.r.c.Snapshot().BytesSent
+		}
+		return b
+	}
+	run := func(ps []reducePeer, ids []peer.ID, round uint64, bufs [][]float32) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		for i, err := range reduceAll(ctx, ps, ReduceID{Round: round, Group: 9}, ids, bufs) {
+			if err != nil {
+				t.Fatalf("round %d member %d: %v", round, i, err)
+			}
+		}
+		for i := range bufs {
+			if !slices.Equal(bufs[i], bufs[0]) {
+				t.Fatalf("round %d: member %d holds other values than member 0", round, i)
+			}
+		}
+	}
+	inputs := func(round uint64) (bufs [][]float32, mean, bound []float64) {
+		bufs = make([][]float32, k)
+		mean, bound = make([]float64, n), make([]float64, n)
+		for i := range bufs {
+			bufs[i] = randVec(n, round*10+uint64(i))
+			for j, v := range bufs[i] {
+				mean[j] += float64(v) / k
+				bound[j] += math.Abs(float64(v)) / k
+			}
+		}
+		return bufs, mean, bound
+	}
+	isFP16 := func(v float32) bool { return FP16Value(FP16Bits(v)) == v }
+
+	for _, mixed := range []bool{false, true} {
+		half := reduceTestConfig()
+		half.DType = FP16
+		ps, ids := newReducersWith(t, k, func(i int) AllReduceConfig {
+			if mixed && i == 0 {
+				return reduceTestConfig()
+			}
+			return half
+		})
+		bufs, mean, bound := inputs(1)
+		run(ps, ids, 1, bufs)
+		for j, m := range mean {
+			// Each input rounded once, the mean once more: 2^-11
+			// relative each, and below 2^-14 fp16's absolute step.
+			if d := math.Abs(float64(bufs[0][j]) - m); d > (bound[j]+math.Abs(m))/2048+1e-7 {
+				t.Fatalf("mixed %v: element %d is %g, the mean %g (off by %g)", mixed, j, bufs[0][j], m, d)
+			}
+		}
+		for o, p := range ps {
+			lo, hi := segment(n, k, o)
+			wide := 0 // values fp16 cannot hold
+			for j := lo; j < hi; j++ {
+				if !isFP16(bufs[0][j]) {
+					wide++
+				}
+			}
+			if fp16 := p.r.cfg.DType == FP16; fp16 != (wide == 0) {
+				t.Fatalf("mixed %v: member %d's segment holds %d values fp16 cannot; its owner sends %v", mixed, o, wide, p.r.cfg.DType)
+			}
+		}
+		if mixed {
+			continue
+		}
+		// The same reduction in fp32 on the same hosts sends twice the
+		// payload bytes.
+		halfBytes := sent(ps)
+		full, fullIDs := newReducers(t, k, reduceTestConfig())
+		bufs, _, _ = inputs(1)
+		run(full, fullIDs, 1, bufs)
+		if r := float64(halfBytes) / float64(sent(full)); r > 0.55 || r < 0.45 {
+			t.Errorf("fp16 reduction sent %d bytes, fp32 %d (ratio %.3f), want about half", halfBytes, sent(full), r)
+		}
+
+		// A value beyond fp16's range goes as fp32, in the scatter and in
+		// the owner's mean.
+		bufs, mean, _ = inputs(2)
+		const big = 1e6
+		for i := range bufs {
+			bufs[i][n-1] = big * float32(i+1)
+		}
+		mean[n-1] = big * (k + 1) / 2
+		run(ps, ids, 2, bufs)
+		if got := bufs[0][n-1]; math.IsInf(float64(got), 0) || math.Abs(float64(got)-mean[n-1]) > 1 {
+			t.Fatalf("element beyond fp16: %g, want %g", got, mean[n-1])
+		}
+	}
+}
+
+// BenchmarkAllReduce: one all-reduce of 1 MB and of 100 MB of fp32 among 4
+// hosts on loopback (TCP), sent as fp32 and as fp16 (-fp16: half the
+// bytes, what sync and diloco send by default), next to a plain stream copy
+// of the buffer's fp32 bytes between two of those hosts in the same run:
+// ratio is all-reduce time / copy time.
+// The all-reduce moves 1.5 x the buffer (its fp32 or fp16 bytes) out of and
+// into every host, 6 x the copy's bytes in all at fp32, through the same
+// CPUs; mesh-copy-ms is those same transfers as plain stream copies of the
+// bytes sent, all at once with no reduction, and
 // ratio-mesh the all-reduce's time over theirs: what the protocol adds to
 // moving its bytes on this machine.
 func BenchmarkAllReduce(b *testing.B) {
 	for _, size := range []struct {
-		name string
-		n    int
-	}{{"1MB", 250_000}, {"100MB", benchN}} {
+		name  string
+		n     int
+		dtype DType
+	}{{"1MB", 250_000, FP32}, {"1MB-fp16", 250_000, FP16}, {"100MB", benchN, FP32}, {"100MB-fp16", benchN, FP16}} {
 		b.Run(size.name, func(b *testing.B) {
 			cfg := DefaultAllReduceConfig()
 			cfg.Logger = slog.New(slog.DiscardHandler)
+			cfg.DType = size.dtype
 			const k = 4
 			ps, ids := newReducers(b, k, cfg)
 			bufs := make([][]float32, k)
@@ -347,7 +470,7 @@ func BenchmarkAllReduce(b *testing.B) {
 			}
 			// Every host sends a segment's worth to every other, twice (the
 			// reduce-scatter's and the all-gather's bytes), all at once.
-			seg := payload[:len(payload)/k]
+			seg := payload[:len(payload)/k*size.dtype.Size()/4]
 			meshOnce := func() time.Duration {
 				start := time.Now()
 				var wg sync.WaitGroup
@@ -408,12 +531,22 @@ func BenchmarkAllReduce(b *testing.B) {
 
 // TestAllReduceWire pins the header layout of docs/protocol.md.
 func TestAllReduceWire(t *testing.T) {
-	h := reduceHeader{kind: reduceScatter, id: ReduceID{Round: 258, Group: 0x0102030405060708}, total: 235146, offset: 58786, count: 58787}
+	h := reduceHeader{kind: reduceScatter, dtype: FP32, id: ReduceID{Round: 258, Group: 0x0102030405060708}, total: 235146, offset: 58786, count: 58787}
 	b := h.marshal()
 	want := "4d544152" + "01" + "01" + "0000" + "0201000000000000" + "0807060504030201" +
 		"8a96030000000000" + "a2e5000000000000" + "a3e50000" + "00000000"
 	if got := hex.EncodeToString(b[:]); got != want {
 		t.Fatalf("header\n got %s\nwant %s", got, want)
+	}
+	// An fp16 payload says so in byte 6 (the exchange frame's dtype code).
+	g := h
+	g.kind, g.dtype = reduceGather, FP16
+	gb := g.marshal()
+	if got := hex.EncodeToString(gb[:8]); got != "4d544152"+"01"+"02"+"02"+"00" {
+		t.Fatalf("fp16 gather header starts %s", got)
+	}
+	if got, err := parseReduceHeader(gb[:], 1<<20); err != nil || got != g {
+		t.Fatalf("fp16 round trip: %+v, %v", got, err)
 	}
 	if lo, hi := segment(235146, 4, 1); lo != 58786 || hi != 117573 {
 		t.Fatalf("member 1's segment [%d, %d)", lo, hi)

@@ -155,3 +155,15 @@ func decodeFP16Go(dst []float32, src []byte) {
 		dst[i] = t[uint16(src[2*i])|uint16(src[2*i+1])<<8]
 	}
 }
+
+// roundFP16 rounds every value of v to the nearest fp16 value in place, as
+// a receiver of v in fp16 reads it, and reports true; if some value would
+// overflow fp16 it leaves v alone and reports false.
+func roundFP16(v []float32) bool {
+	buf := make([]byte, 2*len(v))
+	if encodeFP16(buf, v) {
+		return false
+	}
+	decodeFP16(v, buf)
+	return true
+}

@@ -12,6 +12,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+	noise "github.com/libp2p/go-libp2p/p2p/security/noise"
+	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
 	quic "github.com/libp2p/go-libp2p/p2p/transport/quic"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	"go.uber.org/goleak"
@@ -26,8 +28,9 @@ func checkLeaks(t *testing.T) {
 
 // newHost starts a real libp2p host on 127.0.0.1 only, with one transport,
 // no relay, no NAT port mapping and no metrics, and the resource-manager
-// limits the node will use (ProtocolLimits). It is closed when the test
-// ends.
+// limits the node will use (ProtocolLimits); over TCP it prefers Noise to
+// TLS, as the node does, so that the benchmarks measure the node's stack.
+// It is closed when the test ends.
 func newHost(t testing.TB, transport string, cfg Config) host.Host {
 	t.Helper()
 	limits := rcmgr.DefaultLimits
@@ -56,7 +59,8 @@ func startHost(t testing.TB, transport string, limits rcmgr.ConcreteLimitConfig)
 	}
 	switch transport {
 	case "tcp":
-		opts = append(opts, libp2p.Transport(tcp.NewTCPTransport), libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
+		opts = append(opts, libp2p.Transport(tcp.NewTCPTransport), libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"),
+			libp2p.Security(noise.ID, noise.New), libp2p.Security(libp2ptls.ID, libp2ptls.New))
 	case "quic":
 		opts = append(opts, libp2p.Transport(quic.NewTransport), libp2p.ListenAddrStrings("/ip4/127.0.0.1/udp/0/quic-v1"))
 	default:

@@ -92,6 +92,11 @@ type SyncConfig struct {
 	// UploadLimiter, if set, paces every byte we send. A node passes its
 	// exchange's (Service.UploadLimiter), so one cap covers both protocols.
 	UploadLimiter Limiter
+	// ReduceDType is the payload type of what we send in a round's
+	// all-reduce (AllReduceConfig.DType): FP32 if zero. FP16 suits vectors
+	// that are updates (the node's sync and diloco contribute those), not
+	// parameters. Joins always carry fp32.
+	ReduceDType DType
 	// OnReject, Counters and Logger as in Config.
 	OnReject RejectFunc
 	Counters *Counters
@@ -149,6 +154,9 @@ func (c SyncConfig) Validate() error {
 	if !(c.MaxProgressDelta > 0) || math.IsInf(c.MaxProgressDelta, 0) {
 		bad("MaxProgressDelta %v not finite and > 0", c.MaxProgressDelta)
 	}
+	if c.ReduceDType != 0 && c.ReduceDType != FP32 && c.ReduceDType != FP16 {
+		bad("ReduceDType %v: want fp32 or fp16", c.ReduceDType)
+	}
 	return errors.Join(errs...)
 }
 
@@ -162,8 +170,10 @@ type Contribution struct {
 	Progress params.Progress
 	// Base is the Group of the model the local step started from.
 	Base uint64
-	// Params is the vector the round averages (the parameters after the
-	// local step); Contribute and Reduce overwrite it with the mean.
+	// Params is the vector the round averages (the node's: its update,
+	// the group's model minus its own after the local step; diloco's:
+	// its pseudo-gradient); Contribute and Reduce overwrite it with the
+	// mean.
 	Params []float32
 }
 
@@ -328,6 +338,7 @@ func NewSyncService(h host.Host, cfg SyncConfig) (*SyncService, error) {
 	rc.MaxElements, rc.ChunkTimeout, rc.MaxMembers = cfg.MaxElements, cfg.ChunkTimeout, cfg.MaxMembers
 	rc.AheadWait = 2*cfg.Timeout + cfg.ChunkTimeout
 	rc.UploadLimiter, rc.Counters, rc.OnReject, rc.Logger = cfg.UploadLimiter, cfg.Counters, cfg.OnReject, cfg.Logger
+	rc.DType = cfg.ReduceDType
 	if rc.Counters == nil {
 		rc.Counters = new(Counters)
 		cfg.Counters = rc.Counters

@@ -125,6 +125,9 @@ func (n *Node) newSyncer() (*syncer, error) {
 	c.Counters, c.Logger, c.OnReject = &n.counters, n.baseLog, n.cfg.Exchange.OnReject
 	// The exchange's limiter: MaxUpload caps both protocols together.
 	c.UploadLimiter = n.svc.UploadLimiter()
+	// Rounds all-reduce updates, so --wire-dtype fp16 halves their bytes
+	// as it does gossip's.
+	c.ReduceDType = n.cfg.Exchange.SendDType
 	if n.trust != nil {
 		c.OnReject = n.onReject
 	}
@@ -163,19 +166,21 @@ type local struct {
 	base gossip.SyncState
 }
 
-// current takes the trainer's model, between two steps. In sync mode we
-// contribute our parameters to round = our step; in diloco mode our
-// pseudo-gradient (the group's model minus ours) to the next outer round.
+// current takes the trainer's model, between two steps. We contribute
+// what our steps since the group's model moved it (the group's model minus
+// ours): in sync mode our one step's update, to round = our step; in diloco
+// mode our pseudo-gradient, to the next outer round. An update, not the
+// parameters, so that it can travel as fp16 (--wire-dtype).
 func (s *syncer) current() local {
 	st := s.n.trainer.State() // between two steps: nobody else steps
-	if s.outer == nil {
-		own := gossip.Contribution{Round: st.Step, Progress: st.Progress, Base: s.state.Group, Params: st.Params}
-		return local{own: own, mom: st.Opt,
-			base: gossip.SyncState{Round: st.Step, Progress: st.Progress, Params: st.Params, Momentum: st.Opt}}
-	}
 	d := make([]float32, len(st.Params))
 	if s.synced && len(s.state.Params) == len(d) {
 		_ = averaging.PseudoGradient(d, s.state.Params, st.Params)
+	}
+	if s.outer == nil {
+		own := gossip.Contribution{Round: st.Step, Progress: st.Progress, Base: s.state.Group, Params: d}
+		return local{own: own, mom: st.Opt,
+			base: gossip.SyncState{Round: st.Step, Progress: st.Progress, Params: st.Params, Momentum: st.Opt}}
 	}
 	buf := s.outer.Buf
 	if buf == nil {
@@ -535,9 +540,11 @@ func preferGroup(theirs params.Progress, theirLeader peer.ID, ours params.Progre
 }
 
 // adopt applies a group model and makes it the base of our next round. In
-// sync mode a round's result replaces the parameters (mom is our momentum
-// after the step, which we keep); a join's (joined) the momentum too. In
-// diloco mode see adoptOuter.
+// sync mode a round's result is the members' mean update: the group's model
+// minus it replaces the parameters, the same bits on every member (mom is
+// our momentum after the step, which we keep); a join's (joined) result is
+// the model, which replaces the momentum too. In diloco mode see
+// adoptOuter.
 func (s *syncer) adopt(res gossip.SyncState, mom []float32, joined bool) {
 	if s.outer != nil {
 		s.adoptOuter(res, joined)
@@ -547,6 +554,14 @@ func (s *syncer) adopt(res gossip.SyncState, mom []float32, joined bool) {
 	var err error
 	if !joined {
 		res.Momentum = mom
+		if len(res.Params) != len(s.state.Params) {
+			s.log.Warn("sync update not applied", "round", res.Round, "values", len(res.Params), "model", len(s.state.Params))
+			s.unsync("")
+			return
+		}
+		for i, d := range res.Params {
+			res.Params[i] = s.state.Params[i] - d
+		}
 	}
 	if t.Stats().Steps == res.Round {
 		err = t.Apply(func(w, m []float32, p *params.Progress) error {

@@ -452,8 +452,9 @@ func (c BenchConfig) runFlags(j job) []flagArg {
 		add(c.AvgInterval != d.AvgInterval, "--avg-interval", c.AvgInterval.String())
 		add(c.Alpha != d.Merger.Alpha, "--alpha", fmtG(c.Alpha))
 		add(!sameStaleness(staleness, d.Merger.Staleness), "--staleness", staleness)
-		add(!sameDType(c.WireDType, d.Exchange.SendDType), "--wire-dtype", c.WireDType)
 	}
+	// Gossip's models, sync's and diloco's updates.
+	add(mode != node.ModeLocal && !sameDType(c.WireDType, d.Exchange.SendDType), "--wire-dtype", c.WireDType)
 	if j.mode == ModeDilocoSpeed {
 		add(d.InnerScaling != node.InnerScalingSpeed, "--inner-steps-scaling", node.InnerScalingSpeed)
 	}

@@ -777,6 +777,13 @@ func TestModeFlagsListOnlyWhatDiffersFromANodesDefaults(t *testing.T) {
 	check("quick gossip", c.ModeFlags(ModeGossip), "--epochs 8")
 	c.FixedLR = map[string]float64{ModeGossip: 2 * node.DefaultLR}
 	check("fixed gossip rate", c.ModeFlags(ModeGossip), "--lr "+strconv.FormatFloat(2*node.DefaultLR, 'g', -1, 64), "--epochs 8")
+	// The wire's precision is sync's and diloco's too (their updates), and
+	// nothing to local, which sends no model.
+	c = DefaultBenchConfig()
+	c.WireDType = "fp32"
+	check("sync at fp32", c.differs(report), "--mode sync", "--lr 0.4", "--epochs 6.417", "--wire-dtype fp32")
+	check("diloco at fp32", c.ModeFlags(ModeDiloco), "--mode diloco", "--wire-dtype fp32")
+	check("local at fp32", c.ModeFlags(ModeLocal), "--mode local")
 }
 
 func TestEndProblemAcceptsOnlyAFinishedRun(t *testing.T) {
