@@ -448,9 +448,9 @@ func writeMethod(b *strings.Builder, r *Results, level int) {
 	}
 	if slices.Contains(st.Modes, ModeDiloco) {
 		p("- **diloco**, the baseline for training over the internet (DiLoCo): the same run with %s: every node takes "+
-			"`--inner-steps` local steps, then the group all-reduces the pseudo-gradient (the group's model minus the node's) and "+
+			"`--inner-steps` local steps, then the group all-reduces the pseudo-gradient (the group's model minus the node's, sent as %s) and "+
 			"takes an outer Nesterov step; each round waits for the slowest node. Its run clock is the group model's progress.\n",
-			code(diff[ModeDiloco]))
+			code(diff[ModeDiloco]), st.WireDType)
 	}
 	if slices.Contains(st.Modes, ModeDilocoSpeed) {
 		p("- **diloco-speed**: diloco with %s: each node's inner steps are scaled by its speed over the group's fastest "+
@@ -461,9 +461,10 @@ func writeMethod(b *strings.Builder, r *Results, level int) {
 			code(diff[ModeLocal]))
 	}
 	if slices.Contains(st.Modes, ModeSync) {
-		p("- **sync**, the baseline with DDP semantics: every step, every node tells a leader it is ready, and the group all-reduces " +
-			"its parameters (fp32, reduce-scatter and all-gather among the nodes), so each step waits for the slowest node. Its batch is " +
-			"the sum of the nodes', so it keeps a learning rate and a run length of its own: ")
+		p("- **sync**, the baseline with DDP semantics: every step, every node tells a leader it is ready, and the group all-reduces "+
+			"each node's update (the group's model minus the node's after its step, sent as %s; a reduce-scatter and an all-gather "+
+			"among the nodes), so each step waits for the slowest node. Its batch is "+
+			"the sum of the nodes', so it keeps a learning rate and a run length of its own: ", st.WireDType)
 		_, fixed := st.FixedLR[ModeSync]
 		switch {
 		case fixed:
