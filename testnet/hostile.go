@@ -55,15 +55,18 @@ type HostileResult struct {
 
 // HostileSettings are the suite's inputs.
 type HostileSettings struct {
-	Nodes        int      `json:"nodes"`
-	Attackers    int      `json:"attackers"`
-	DurationS    float64  `json:"duration_s"`
-	Dataset      string   `json:"dataset"`
-	Model        string   `json:"model"`
-	AvgIntervalS float64  `json:"avg_interval_s"`
-	Threads      int      `json:"threads"`
-	PollS        float64  `json:"poll_every_s"`
-	NodeArgs     []string `json:"node_args,omitempty"`
+	Nodes        int     `json:"nodes"`
+	Attackers    int     `json:"attackers"`
+	DurationS    float64 `json:"duration_s"`
+	Dataset      string  `json:"dataset"`
+	Model        string  `json:"model"`
+	AvgIntervalS float64 `json:"avg_interval_s"`
+	Threads      int     `json:"threads"`
+	PollS        float64 `json:"poll_every_s"`
+	// AccuracyWindowS: each node's accuracy is the mean of its
+	// evaluations over the run's last this many seconds.
+	AccuracyWindowS float64  `json:"accuracy_window_s,omitempty"`
+	NodeArgs        []string `json:"node_args,omitempty"`
 }
 
 // AttackRun is one swarm: one attack (or none) from a common start to
@@ -95,14 +98,29 @@ type AttackRun struct {
 	Error string `json:"error,omitempty"`
 }
 
+// The hostile suite's evaluations: every node evaluates its model every
+// EvalEvery (and at each end of a pass over its shard), and a node's
+// accuracy at the end of a swarm is the mean of those over the run's last
+// DefaultAccuracyWindow, its final one included: with softmax on a fifth
+// of MNIST about a hundred evaluations of a settled model.
+const (
+	EvalEvery             = 2 * time.Second
+	DefaultAccuracyWindow = 6 * time.Second
+)
+
 // NodeOutcome is one node at the end of a swarm.
 type NodeOutcome struct {
 	Index    int    `json:"index"`
 	PeerID   string `json:"peer_id"`
 	Attacker bool   `json:"attacker"`
-	// FinalAccuracy is the test accuracy of the node's model when it was
-	// stopped (its final event), or failing that the latest of its
-	// /v1/status; AccuracyFrom says which ("final", "status" or "").
+	// FinalAccuracy is the node's test accuracy at the end of the swarm:
+	// the mean of the evaluations it printed over the run's last
+	// HostileConfig.AccuracyWindow (eval, epoch and final events), or failing
+	// that its final event's, or the latest of its /v1/status;
+	// AccuracyFrom says which ("mean of N", "final", "status" or "").
+	// A constant learning rate leaves a model's accuracy scattered around
+	// its plateau by about a third of a point from one evaluation to the
+	// next; the mean of several compares plateaus, not draws.
 	FinalAccuracy float64 `json:"final_accuracy"`
 	AccuracyFrom  string  `json:"accuracy_from"`
 }
@@ -192,10 +210,12 @@ func WriteHostileReport(w io.Writer, r *HostileResult) {
 	honest := s.Nodes - s.Attackers
 	fmt.Fprintf(w, "# Hostile swarm\n\n")
 	fmt.Fprintf(w, "%d nodes, of which the last %d attack (node.Adversary); %v per swarm from a common start; %s on %s, iid shards; "+
-		"each node starts a merge every %gs. Honest accuracy is each honest node's test accuracy when stopped; "+
+		"each node starts a merge every %gs. Honest accuracy is the mean of each honest node's test accuracies over the run's last %v "+
+		"(at each end of a pass over its shard, every %v, and when stopped); "+
 		"\"vs all honest\" compares its mean with the same nodes' in the all-honest swarm. "+
 		"A ban is the first time an honest node's /v1/peers (read every %gs) showed the attacker as banned.\n\n",
-		s.Nodes, s.Attackers, time.Duration(s.DurationS*float64(time.Second)), s.Model, s.Dataset, s.AvgIntervalS, s.PollS)
+		s.Nodes, s.Attackers, time.Duration(s.DurationS*float64(time.Second)), s.Model, s.Dataset, s.AvgIntervalS,
+		time.Duration(s.AccuracyWindowS*float64(time.Second)), EvalEvery, s.PollS)
 	if r.Command != "" {
 		fmt.Fprintf(w, "Command: `%s`\n\n", r.Command)
 	}

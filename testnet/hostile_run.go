@@ -65,6 +65,10 @@ type HostileConfig struct {
 	Settle time.Duration
 	// PollEvery is how often each honest node's /v1/peers is read.
 	PollEvery time.Duration
+	// AccuracyWindow is the end of the run over which each node's test
+	// accuracies are averaged (NodeOutcome.FinalAccuracy); the whole run
+	// if longer. Default DefaultAccuracyWindow.
+	AccuracyWindow time.Duration
 	// NodeArgs are passed to every node after the suite's own.
 	NodeArgs []string
 	// Command is the command line, for the report.
@@ -77,18 +81,19 @@ type HostileConfig struct {
 // each, with an all-honest baseline, on the default model and MNIST.
 func DefaultHostileConfig() HostileConfig {
 	return HostileConfig{
-		Out:         "meshtrain-hostile",
-		Attacks:     slices.Clone(node.AdversaryKinds),
-		Nodes:       5,
-		Attackers:   1,
-		Duration:    60 * time.Second,
-		Baseline:    true,
-		Dataset:     train.DatasetMNIST,
-		Model:       train.DefaultConfig().Model,
-		AvgInterval: 250 * time.Millisecond,
-		Threads:     1,
-		Settle:      3 * time.Second,
-		PollEvery:   500 * time.Millisecond,
+		Out:            "meshtrain-hostile",
+		Attacks:        slices.Clone(node.AdversaryKinds),
+		Nodes:          5,
+		Attackers:      1,
+		Duration:       60 * time.Second,
+		Baseline:       true,
+		Dataset:        train.DatasetMNIST,
+		Model:          train.DefaultConfig().Model,
+		AvgInterval:    250 * time.Millisecond,
+		Threads:        1,
+		Settle:         3 * time.Second,
+		PollEvery:      500 * time.Millisecond,
+		AccuracyWindow: DefaultAccuracyWindow,
 	}
 }
 
@@ -145,6 +150,9 @@ func (c HostileConfig) Validate() error {
 	}
 	if c.PollEvery < 10*time.Millisecond || c.PollEvery > c.Duration {
 		bad("poll interval %v not in [10ms, duration]", c.PollEvery)
+	}
+	if c.AccuracyWindow <= 0 {
+		bad("accuracy window %v must be > 0", c.AccuracyWindow)
 	}
 	return errors.Join(errs...)
 }
@@ -313,7 +321,7 @@ func RunHostile(ctx context.Context, cfg HostileConfig) (*HostileResult, error) 
 	res := &HostileResult{Schema: HostileSchema, Command: cfg.Command, Started: h.started.UTC(), Machine: machineInfo(),
 		Settings: HostileSettings{Nodes: cfg.Nodes, Attackers: cfg.Attackers, DurationS: cfg.Duration.Seconds(),
 			Dataset: cfg.Dataset, Model: cfg.Model, AvgIntervalS: cfg.AvgInterval.Seconds(), Threads: cfg.Threads,
-			PollS: cfg.PollEvery.Seconds(), NodeArgs: cfg.NodeArgs},
+			PollS: cfg.PollEvery.Seconds(), AccuracyWindowS: cfg.AccuracyWindow.Seconds(), NodeArgs: cfg.NodeArgs},
 		Runs: []AttackRun{}}
 	total := len(cfg.Attacks)
 	if cfg.Baseline {
@@ -382,7 +390,7 @@ func (h *hostile) nodeArgs(net, startFile string) []string {
 	c := h.cfg
 	args := []string{"--no-data-dir", "--log-level", "warn", "--network", net, "--seed", "1",
 		"--dataset", c.Dataset, "--model", c.Model, "--epochs", "0", "--schedule", "const", "--threads", strconv.Itoa(c.Threads),
-		"--avg-interval", c.AvgInterval.String(), "--eval-every", "5s",
+		"--avg-interval", c.AvgInterval.String(), "--eval-every", EvalEvery.String(),
 		"--checkpoint-every", "0", "--start-file", startFile}
 	if c.DataPath != "" {
 		args = append(args, "--data", c.DataPath)
@@ -531,7 +539,10 @@ loop:
 		final, _ := m.last["test_accuracy"].(float64)
 		isFinal := m.last["event"] == "final"
 		m.mu.Unlock()
+		mean, k := m.accuracySince(t0.Add(c.Duration - min(c.AccuracyWindow, c.Duration)))
 		switch {
+		case k > 0:
+			run.Nodes[i].FinalAccuracy, run.Nodes[i].AccuracyFrom = mean, fmt.Sprintf("mean of %d", k)
 		case isFinal:
 			run.Nodes[i].FinalAccuracy, run.Nodes[i].AccuracyFrom = final, "final"
 		case status[i] > 0:

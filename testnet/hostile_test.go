@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -107,6 +108,8 @@ func fakeNode(args []string) int {
 	signal.Notify(sig, os.Interrupt)
 	fmt.Printf(`{"event":"api","url":"http://%s"}`+"\n", l.Addr())
 	fmt.Printf(`{"event":"listening","peer_id":%q,"addrs":["/ip4/127.0.0.1/tcp/1/p2p/%s"]}`+"\n", id, id)
+	// Before the common start: outside the accuracy window.
+	fmt.Printf(`{"event":"eval","test_accuracy":0.5}` + "\n")
 	<-sig
 	acc := 0.9
 	for _, r := range roles() {
@@ -117,14 +120,17 @@ func fakeNode(args []string) int {
 	if attacker {
 		acc = 0.1
 	}
-	fmt.Printf(`{"event":"final","test_accuracy":%g}`+"\n", acc)
+	// Two evaluations in the window, whose mean is acc.
+	fmt.Printf(`{"event":"eval","test_accuracy":%g}`+"\n", acc-0.01)
+	fmt.Printf(`{"event":"final","test_accuracy":%g}`+"\n", acc+0.01)
 	return 0
 }
 
 // TestRunHostileWithFakeNodes runs the whole suite on fake nodes: the
 // attackers get their flags and the unlock variable (a locked one would
 // not start), the bans are timed from the common start, the accuracies
-// come from the final events, and the files are written.
+// are the means of the evaluations in the window (the one before the
+// common start is not), and the files are written.
 func TestRunHostileWithFakeNodes(t *testing.T) {
 	t.Setenv(fakeNodeEnv, "1")
 	t.Setenv(node.UnlockAdversaryEnv, "") // only the attackers' own environment unlocks
@@ -136,7 +142,7 @@ func TestRunHostileWithFakeNodes(t *testing.T) {
 	cfg.Binary, cfg.Out = exe, t.TempDir()
 	cfg.Attacks, cfg.Strengths = []string{node.AdversaryNaN, node.AdversaryScale}, map[string]float64{node.AdversaryScale: 3}
 	cfg.Nodes, cfg.Attackers, cfg.Duration = 4, 1, 1500*time.Millisecond
-	cfg.Settle, cfg.PollEvery = 0, 50*time.Millisecond
+	cfg.Settle, cfg.PollEvery, cfg.AccuracyWindow = 0, 50*time.Millisecond, time.Second
 	var progress strings.Builder
 	cfg.Progress = &progress
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -157,7 +163,7 @@ func TestRunHostileWithFakeNodes(t *testing.T) {
 			t.Errorf("%s: honest bans %+v", run.Attack, run.HonestBans)
 		}
 	}
-	if b := res.Baseline; b.Attack != AttackNone || len(b.Pairs) != 0 || b.HonestAccuracyMean != 0.9 || b.AccuracyDeltaPP != nil {
+	if b := res.Baseline; b.Attack != AttackNone || len(b.Pairs) != 0 || math.Abs(b.HonestAccuracyMean-0.9) > 1e-9 || b.AccuracyDeltaPP != nil {
 		t.Errorf("baseline %+v", b)
 	}
 	for i, run := range res.Runs {
@@ -172,11 +178,11 @@ func TestRunHostileWithFakeNodes(t *testing.T) {
 				t.Errorf("%s: pair %+v", run.Attack, p)
 			}
 		}
-		if run.HonestAccuracyMean != 0.89 || run.AccuracyDeltaPP == nil || fmt.Sprintf("%.2f", *run.AccuracyDeltaPP) != "-1.00" {
+		if math.Abs(run.HonestAccuracyMean-0.89) > 1e-9 || run.AccuracyDeltaPP == nil || fmt.Sprintf("%.2f", *run.AccuracyDeltaPP) != "-1.00" {
 			t.Errorf("%s: accuracy %v, delta %v", run.Attack, run.HonestAccuracyMean, run.AccuracyDeltaPP)
 		}
 		for _, n := range run.Nodes {
-			if n.Attacker != (n.Index == 3) || n.AccuracyFrom != "final" {
+			if n.Attacker != (n.Index == 3) || n.AccuracyFrom != "mean of 2" {
 				t.Errorf("%s: node %+v", run.Attack, n)
 			}
 		}

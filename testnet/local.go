@@ -181,8 +181,9 @@ type Member struct {
 		step  int64
 		clock float64
 	}
-	reached time.Time // when it first printed a test accuracy >= target
-	best    float64   // the best test accuracy it printed
+	reached time.Time       // when it first printed a test accuracy >= target
+	best    float64         // the best test accuracy it printed
+	accs    []timedAccuracy // every test accuracy it printed, oldest first
 }
 
 // exited reports whether the member's process has exited.
@@ -535,6 +536,7 @@ func (m *Member) follow(r io.Reader, listening chan<- event) {
 			m.first.clock = field(raw, "run_samples")
 		}
 		if hasAcc {
+			m.accs = append(m.accs, timedAccuracy{at: now, acc: acc})
 			m.best = max(m.best, acc)
 			if acc >= m.target && m.reached.IsZero() {
 				m.reached = now
@@ -548,6 +550,29 @@ func (m *Member) follow(r io.Reader, listening chan<- event) {
 		m.last["event"] = kind
 		m.mu.Unlock()
 	}
+}
+
+// timedAccuracy is a test accuracy a node printed, and when it was read.
+type timedAccuracy struct {
+	at  time.Time
+	acc float64
+}
+
+// accuracySince is the mean of the test accuracies m printed at or after
+// from (eval, epoch and final events), and how many there were.
+func (m *Member) accuracySince(from time.Time) (mean float64, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, a := range m.accs {
+		if !a.at.Before(from) {
+			mean += a.acc
+			n++
+		}
+	}
+	if n > 0 {
+		mean /= float64(n)
+	}
+	return mean, n
 }
 
 // field is a number field of a decoded event (0 if absent).

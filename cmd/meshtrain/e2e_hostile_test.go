@@ -34,8 +34,10 @@ const (
 // nodes end within 1 percentage point of the same nodes' accuracy in the
 // all-honest swarm. Softmax regression: it reaches its plateau within the
 // 24 s runs, so the comparison is of settled models, not of noise along a
-// learning curve. An honest node disconnects a sender of undecodable
-// frames at its 3rd verdict and bans it at its 5th, once it has connected
+// learning curve; each node's accuracy is the mean of its evaluations over
+// the last 6 s (testnet.DefaultAccuracyWindow), not one draw. An honest
+// node disconnects a sender of undecodable frames at its 3rd verdict and
+// bans it at its 5th, once it has connected
 // again: most bans come by 7 s on 2 cores, but the reconnection can wait
 // for a discovery round (10 s), and 18 s runs saw some bans at 17.5 s and
 // one not at all.
