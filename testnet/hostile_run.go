@@ -559,3 +559,20 @@ loop:
 	}
 	return nil
 }
+
+// accuracySince is the mean of the test accuracies m printed at or after
+// from (eval, epoch and final events), and how many there were.
+func (m *Member) accuracySince(from time.Time) (mean float64, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, a := range m.accs {
+		if !a.at.Before(from) {
+			mean += a.acc
+			n++
+		}
+	}
+	if n > 0 {
+		mean /= float64(n)
+	}
+	return mean, n
+}

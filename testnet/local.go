@@ -183,7 +183,7 @@ type Member struct {
 	}
 	reached time.Time       // when it first printed a test accuracy >= target
 	best    float64         // the best test accuracy it printed
-	accs    []timedAccuracy // every test accuracy it printed, oldest first
+	accs    []timedAccuracy // the test accuracies it printed last, oldest first
 }
 
 // exited reports whether the member's process has exited.
@@ -536,6 +536,9 @@ func (m *Member) follow(r io.Reader, listening chan<- event) {
 			m.first.clock = field(raw, "run_samples")
 		}
 		if hasAcc {
+			if len(m.accs) >= maxTimedAccuracies {
+				m.accs = append(m.accs[:0], m.accs[len(m.accs)/2:]...)
+			}
 			m.accs = append(m.accs, timedAccuracy{at: now, acc: acc})
 			m.best = max(m.best, acc)
 			if acc >= m.target && m.reached.IsZero() {
@@ -552,27 +555,15 @@ func (m *Member) follow(r io.Reader, listening chan<- event) {
 	}
 }
 
+// maxTimedAccuracies bounds a member's record of its test accuracies (a
+// minute of a softmax node evaluating at each end of a pass over a fifth
+// of MNIST, and more); the oldest half goes first.
+const maxTimedAccuracies = 4096
+
 // timedAccuracy is a test accuracy a node printed, and when it was read.
 type timedAccuracy struct {
 	at  time.Time
 	acc float64
-}
-
-// accuracySince is the mean of the test accuracies m printed at or after
-// from (eval, epoch and final events), and how many there were.
-func (m *Member) accuracySince(from time.Time) (mean float64, n int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, a := range m.accs {
-		if !a.at.Before(from) {
-			mean += a.acc
-			n++
-		}
-	}
-	if n > 0 {
-		mean /= float64(n)
-	}
-	return mean, n
 }
 
 // field is a number field of a decoded event (0 if absent).

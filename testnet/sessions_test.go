@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -160,5 +161,27 @@ func TestSessionsEnds(t *testing.T) {
 	}
 	if r := ss[7]; r.ToTargetS == nil || *r.ToTargetS != 0 || r.EndS < 0 {
 		t.Errorf("running session %+v", r)
+	}
+}
+
+// TestMemberKeepsItsLatestAccuracies: a member records the test accuracies
+// a node prints, newest last, and keeps a bounded number of them however
+// long the node runs.
+func TestMemberKeepsItsLatestAccuracies(t *testing.T) {
+	m := &Member{last: map[string]any{}}
+	var lines strings.Builder
+	const n = 3*maxTimedAccuracies + 5
+	for i := range n {
+		fmt.Fprintf(&lines, `{"event":"eval","step":%d,"test_accuracy":%g}`+"\n", i, float64(i)/n)
+	}
+	lines.WriteString(`{"event":"progress","step":1}` + "\n")
+	m.follow(strings.NewReader(lines.String()), make(chan event, 1))
+	if len(m.accs) < maxTimedAccuracies/2 || len(m.accs) > maxTimedAccuracies {
+		t.Fatalf("%d accuracies kept, want %d to %d", len(m.accs), maxTimedAccuracies/2, maxTimedAccuracies)
+	}
+	for i, a := range m.accs {
+		if want := float64(n-len(m.accs)+i) / n; a.acc != want {
+			t.Fatalf("accuracy %d of %d is %g, want %g: not the latest, in order", i, len(m.accs), a.acc, want)
+		}
 	}
 }
