@@ -157,10 +157,19 @@ func TestPrivateNetworkPSK(t *testing.T) {
 			t.Logf("%s: %v", c.name, errs[i])
 		}
 	}
-	// The keyed pair still talks after the strangers' attempts.
-	disconnect(t, a, b)
-	if err := talk(t, b, a); err != nil {
-		t.Fatalf("same key, other direction: %v", err)
+	// a still takes and makes connections with keyed hosts after the
+	// strangers' attempts. The two are hosts a has never met: a redial
+	// between a and b (b dialing back) can meet a DHT query of a's to b,
+	// its routing table's peer, at the same moment, and with both hosts
+	// dialing from their listening ports that is one TCP connection on
+	// which both start a Noise handshake as its initiator ("noise: message
+	// is too short"). That is a race of any two libp2p hosts that know each
+	// other, not of the key: it failed this test about once in 60 runs.
+	if err := talk(t, newPrivateHost(t, withPSK(key)), a); err != nil {
+		t.Fatalf("same key, to a: %v", err)
+	}
+	if err := talk(t, a, newPrivateHost(t, withPSK(key))); err != nil {
+		t.Fatalf("same key, from a: %v", err)
 	}
 }
 
