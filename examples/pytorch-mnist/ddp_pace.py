@@ -6,14 +6,20 @@
 The benchmark's sync mode (``meshtrain bench``) is measured against its
 structural pace: the time a synchronous run would take if communication were
 free, every step lasting its slowest member's step. This script measures the
-same ratio for torch.distributed's DistributedDataParallel (gloo) on the same
-machine, with a model of meshtrain's default size (an MLP 784-256-128-10,
-235,146 parameters, 0.94 MB as fp32) and the same emulated speeds: rank i's
-step lasts slowdowns[i] x --base-step. The padding sleeps inside DDP's
-communication hook, before the gradients are all-reduced, as a slower
-machine would spend that time computing them; DDP's one bucket (25 MB cap)
-holds the whole model. ``--hook fp16`` is DDP's fp16_compress_hook (what
-meshtrain's sync sends by default), ``--hook none`` its fp32 all-reduce.
+same ratio for DDP's step over torch.distributed (gloo) on the same machine,
+with a model of meshtrain's default size (an MLP 784-256-128-10, 235,146
+parameters, 0.94 MB as fp32) and the same emulated speeds: rank i's step
+lasts slowdowns[i] x --base-step before its gradients leave, as a slower
+machine would spend that time computing them. The step is DDP's with one
+bucket (its 25 MB cap holds the whole model), written out: the flat gradient
+all-reduced and divided by the world size; ``--hook fp16`` casts it to fp16
+first and back after, as DDP's fp16_compress_hook does (what meshtrain's
+sync sends by default), ``--hook none`` is DDP's fp32 all-reduce. (The
+padding inside a DistributedDataParallel communication hook gave the same
+fp32 pace, but DDP's fp16 hook hung with it in torch 1.13.) Torch's step of
+this MLP on a CPU can take far longer than meshtrain's Go step, so the
+default batch is 1: the gradient, and so the communication, is the same
+size whatever the batch.
 
 It prints one JSON line: the median step time of rank 0 over --steps timed
 steps (after --warmup), the structural step (the largest slowdown x base
@@ -47,7 +53,7 @@ def make_mlp(seed: int) -> nn.Module:
 
 def bare_allreduce(numel: int, dtype: torch.dtype, iters: int) -> float:
     """Median seconds of one all-reduce of numel values of dtype among the ranks."""
-    t = torch.ones(numel, dtype=dtype)
+    t = torch.zeros(numel, dtype=dtype)  # sums of zeros stay finite
     for _ in range(10):
         dist.all_reduce(t)
     times = []
