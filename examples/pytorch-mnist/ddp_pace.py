@@ -16,7 +16,7 @@ all-reduced and divided by the world size; ``--hook fp16`` casts it to fp16
 first and back after, as DDP's fp16_compress_hook does (what meshtrain's
 sync sends by default), ``--hook none`` is DDP's fp32 all-reduce. (The
 padding inside a DistributedDataParallel communication hook gave the same
-fp32 pace, but DDP's fp16 hook hung with it in torch 1.13.) Torch's step of
+fp32 pace, but runs with DDP's fp16 hook at batch 1 hung in torch 1.13.) Torch's step of
 this MLP on a CPU can take far longer than meshtrain's Go step, so the
 default batch is 1: the gradient, and so the communication, is the same
 size whatever the batch.
