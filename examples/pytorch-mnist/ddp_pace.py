@@ -65,7 +65,7 @@ def bare_allreduce(numel: int, dtype: torch.dtype, iters: int) -> float:
     return statistics.median(times)
 
 
-def worker(rank: int, args: argparse.Namespace, init_file: str, out: mp.SimpleQueue) -> None:
+def worker(rank: int, args: argparse.Namespace, init_file: str, out_file: str) -> None:
     torch.set_num_threads(1)
     # A rank that dies leaves the others in a collective: they give up
     # after a minute rather than gloo's default half hour.
@@ -112,12 +112,14 @@ def worker(rank: int, args: argparse.Namespace, init_file: str, out: mp.SimpleQu
     if rank == 0:
         step = statistics.median(times[args.warmup:])
         structural = max(args.slowdowns) * args.base_step
-        out.put({"world": args.world, "slowdowns": args.slowdowns, "base_step_ms": args.base_step * 1e3,
+        result = {"world": args.world, "slowdowns": args.slowdowns, "base_step_ms": args.base_step * 1e3,
                  "hook": args.hook, "parameters": numel, "steps": args.steps,
                  "step_ms": round(step * 1e3, 3), "structural_step_ms": round(structural * 1e3, 3),
                  "ratio_to_structural": round(step / structural, 3),
                  "allreduce_fp32_ms": round(fp32 * 1e3, 3), "allreduce_fp16_ms": round(fp16 * 1e3, 3),
-                 "torch": torch.__version__})
+                 "torch": torch.__version__}
+        with open(out_file, "w") as f:  # a file, not a queue: a queue's locks outlive the ranks
+            json.dump(result, f)
     dist.destroy_process_group()
 
 
@@ -152,8 +154,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")
         ctx = mp.get_context("spawn")
-        out = ctx.SimpleQueue()
-        procs = [ctx.Process(target=worker, args=(r, args, init_file, out)) for r in range(args.world)]
+        out_file = os.path.join(tmp, "result.json")
+        procs = [ctx.Process(target=worker, args=(r, args, init_file, out_file)) for r in range(args.world)]
         for p in procs:
             p.start()
         for p in procs:
@@ -161,7 +163,8 @@ def main(argv: list[str]) -> int:
         if any(p.exitcode != 0 for p in procs):
             print(f"a rank failed: exit codes {[p.exitcode for p in procs]}", file=sys.stderr)
             return 1
-        print(json.dumps(out.get()))
+        with open(out_file) as f:
+            print(json.dumps(json.load(f)))
     return 0
 
 
