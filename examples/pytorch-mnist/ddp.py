@@ -19,6 +19,7 @@ up longer by waiting for the others does not sleep.
 from __future__ import annotations
 
 import argparse
+import datetime
 import multiprocessing as mp
 import multiprocessing.connection
 import os
@@ -37,7 +38,10 @@ import train as common
 def worker(rank: int, args: argparse.Namespace, init_file: str) -> None:
     """One DDP rank: train until rank 0 says stop; rank 0 evaluates and prints."""
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=args.world)
+    # A rank that dies mid-collective ends the others' wait within a minute
+    # instead of never (the parent then stops them all).
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=args.world,
+                            timeout=datetime.timedelta(seconds=60))
     data = common.load_mnist(args.data)
     shard = torch.from_numpy(common.shard_indices(common.TRAIN_SAMPLES, rank, args.world, args.seed))
     x, y = data["train_x"][shard], data["train_y"][shard]
