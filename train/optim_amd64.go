@@ -4,8 +4,7 @@ package train
 
 import "golang.org/x/sys/cpu"
 
-// useSGDAVX selects the AVX loop; a variable so tests can compare it with
-// the scalar one.
+// useSGDAVX: the CPU has AVX, so Update runs the AVX loop.
 var useSGDAVX = cpu.X86.HasAVX
 
 // sgdUpdateVec updates the longest prefix of a multiple of 8 values with

@@ -1,0 +1,26 @@
+//go:build amd64 && !purego
+
+package averaging
+
+import "golang.org/x/sys/cpu"
+
+// useMixAVX: the CPU has AVX, so mix runs the AVX loop.
+var useMixAVX = cpu.X86.HasAVX
+
+// mixVec mixes the longest prefix of a multiple of 8 values with the AVX
+// loop, if in use, and returns its length. len(src) >= len(dst).
+func mixVec(dst, src []float32, a float32) int {
+	n := len(dst) &^ 7
+	if !useMixAVX || n == 0 {
+		return 0
+	}
+	_ = src[n-1] // the assembly trusts its pointers
+	mixAVX(&dst[0], &src[0], n, a)
+	return n
+}
+
+// mixAVX sets dst[i] += a*(src[i]-dst[i]) for n values, n a positive
+// multiple of 8.
+//
+//go:noescape
+func mixAVX(dst, src *float32, n int, a float32)

@@ -1,0 +1,27 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// func mixAVX(dst, src *float32, n int, a float32)
+// For each of n values (n a positive multiple of 8), in float32 and in
+// this order, as mixScalar: t = src - dst; t = a*t; dst = dst + t. No
+// fused multiply-add: the same bits as Go's.
+TEXT ·mixAVX(SB), NOSPLIT, $0-28
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS a+24(FP), Y5
+	SHRQ $3, CX
+loop:
+	VMOVUPS (DI), Y0
+	VMOVUPS (SI), Y1
+	VSUBPS Y0, Y1, Y1
+	VMULPS Y5, Y1, Y1
+	VADDPS Y1, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	DECQ CX
+	JNZ loop
+	VZEROUPPER
+	RET
