@@ -68,8 +68,7 @@ func Mix(dst, src []float32, a float64) error {
 // (the same unfused float32 subtract, multiply and add as mixScalar, so
 // the same bits), mixScalar for the rest.
 func mix(dst, src []float32, a float32) {
-	src = src[:len(dst)]
-	n := mixVec(dst, src, a)
+	n := mixVec(dst, src[:len(dst)], a)
 	mixScalar(dst[n:], src[n:], a)
 }
 

@@ -16,10 +16,10 @@ all-reduced and divided by the world size; ``--hook fp16`` casts it to fp16
 first and back after, as DDP's fp16_compress_hook does (what meshtrain's
 sync sends by default), ``--hook none`` is DDP's fp32 all-reduce. (The
 padding inside a DistributedDataParallel communication hook gave the same
-fp32 pace, but runs with DDP's fp16 hook at batch 1 hung in torch 1.13.) Torch's step of
-this MLP on a CPU can take far longer than meshtrain's Go step, so the
-default batch is 1: the gradient, and so the communication, is the same
-size whatever the batch.
+fp32 pace, but runs with DDP's fp16 hook at batch 1 hung in torch 1.13.)
+Torch's step of this MLP on a CPU can take far longer than meshtrain's Go
+step, so the default batch is 1: the gradient, and so the communication,
+is the same size whatever the batch.
 
 It prints one JSON line: the median step time of rank 0 over --steps timed
 steps (after --warmup), the structural step (the largest slowdown x base
@@ -113,11 +113,11 @@ def worker(rank: int, args: argparse.Namespace, init_file: str, out_file: str) -
         step = statistics.median(times[args.warmup:])
         structural = max(args.slowdowns) * args.base_step
         result = {"world": args.world, "slowdowns": args.slowdowns, "base_step_ms": args.base_step * 1e3,
-                 "hook": args.hook, "parameters": numel, "steps": args.steps,
-                 "step_ms": round(step * 1e3, 3), "structural_step_ms": round(structural * 1e3, 3),
-                 "ratio_to_structural": round(step / structural, 3),
-                 "allreduce_fp32_ms": round(fp32 * 1e3, 3), "allreduce_fp16_ms": round(fp16 * 1e3, 3),
-                 "torch": torch.__version__}
+                  "hook": args.hook, "parameters": numel, "steps": args.steps,
+                  "step_ms": round(step * 1e3, 3), "structural_step_ms": round(structural * 1e3, 3),
+                  "ratio_to_structural": round(step / structural, 3),
+                  "allreduce_fp32_ms": round(fp32 * 1e3, 3), "allreduce_fp16_ms": round(fp16 * 1e3, 3),
+                  "torch": torch.__version__}
         with open(out_file, "w") as f:  # a file, not a queue: a queue's locks outlive the ranks
             json.dump(result, f)
     dist.destroy_process_group()
