@@ -26,10 +26,16 @@ PYTHON      ?= /usr/bin/python3
 
 all: build
 
+# Every build that is not under the race detector compiles as the release
+# binary does: static (no cgo) and without the build machine's paths. vet,
+# staticcheck and the e2e tier's test binary use the same settings, so on a
+# clean machine the packages compile once for all of them.
+NORACE      := CGO_ENABLED=0 GOFLAGS='-trimpath $(GOFLAGS)'
+
 # A static binary: it runs on a machine with no Go toolchain and in a
 # FROM scratch image (MNIST is embedded).
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/meshtrain
+	$(NORACE) $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/meshtrain
 
 # The test binary: the release binary plus the test hooks behind the
 # testhooks build tag (store crash points, adversary modes, frame tampering)
@@ -37,7 +43,7 @@ build:
 # Never ship it: the release binary has none of them, so nothing in a
 # volunteer's environment can make it kill itself or attack its peers.
 build-testhooks:
-	CGO_ENABLED=0 $(GO) build -trimpath -tags testhooks -ldflags '$(LDFLAGS)' -o $(HOOKS_BIN) ./cmd/meshtrain
+	$(NORACE) $(GO) build -tags testhooks -ldflags '$(LDFLAGS)' -o $(HOOKS_BIN) ./cmd/meshtrain
 
 # The node image: FROM scratch around the static binary (no registry needed).
 image: build
@@ -73,7 +79,7 @@ test-python:
 
 test-e2e: build build-testhooks
 	MESHTRAIN_BIN=$(abspath $(BIN)) MESHTRAIN_TESTHOOKS_BIN=$(abspath $(HOOKS_BIN)) \
-		$(GO) test -tags e2e -count=1 -timeout 30m ./cmd/meshtrain/
+		$(NORACE) $(GO) test -tags e2e -count=1 -timeout 30m ./cmd/meshtrain/
 
 check: fmt vet tidy staticcheck
 
@@ -83,22 +89,22 @@ fmt:
 # The e2e tag adds test files only (cmd/meshtrain's), so the e2e pass covers
 # the release build too; the testhooks build has files of its own.
 vet:
-	$(GO) vet -tags e2e ./...
-	$(GO) vet -tags testhooks ./...
+	$(NORACE) $(GO) vet -tags e2e ./...
+	$(NORACE) $(GO) vet -tags testhooks ./...
 
 tidy:
 	$(GO) mod tidy -diff
 
 staticcheck:
-	$(GO) run $(STATICCHECK) -tags e2e ./...
-	$(GO) run $(STATICCHECK) -tags testhooks ./...
+	$(NORACE) $(GO) run $(STATICCHECK) -tags e2e ./...
+	$(NORACE) $(GO) run $(STATICCHECK) -tags testhooks ./...
 
 # Benchmarks: one core, as the numbers in docs are quoted.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./...
 
-# Every fuzz target in the repo, each for FUZZTIME (fuzz-short, what CI
-# runs) or FUZZLONG (fuzz), one after another. Targets are found by grep, so
+# Every fuzz target in the repo, each for FUZZTIME (fuzz-short) or
+# FUZZLONG (fuzz), one after another. Targets are found by grep, so
 # a new one is never left out; a target that grep finds but go test does not
 # run (a build tag, a typo) fails the pass too. The first failure stops it,
 # naming the target; a crasher is left in that package's testdata/fuzz. A
