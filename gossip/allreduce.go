@@ -53,6 +53,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+
+	"github.com/meshtrain/meshtrain/params"
 )
 
 // AllReduceProtocolID is the all-reduce data path.
@@ -483,7 +485,7 @@ func (a *AllReducer) read(st network.Stream, p peer.ID) error {
 				data[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 			}
 		}
-		if !allFinite(data) {
+		if !params.AllFinite(data) {
 			return fmt.Errorf("%w: in an all-reduce message from round %d", ErrNonFinite, h.id.Round)
 		}
 		if err := a.deliver(st, reduceMsg{from: p, h: h, data: data}); err != nil {
@@ -788,7 +790,7 @@ func (a *AllReducer) finishSegment(ctx context.Context, op *reduceOp, me int, ow
 	for i := range own {
 		own[i] *= scale
 	}
-	if !allFinite(own) {
+	if !params.AllFinite(own) {
 		return fmt.Errorf("%w: the mean of our segment overflows", ErrNonFinite)
 	}
 	// What we send is what we keep, so every member holds the same bytes.

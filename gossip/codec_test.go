@@ -451,39 +451,6 @@ func TestGoldenHeaders(t *testing.T) {
 	}
 }
 
-// allFinite's word trick must agree with the obvious check for every
-// position, alignment and special value.
-func TestAllFinite(t *testing.T) {
-	specials := []float32{
-		float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)),
-		math.Float32frombits(0x7f800001), math.Float32frombits(0xffc00000),
-	}
-	finite := []float32{0, float32(math.Copysign(0, -1)), math.MaxFloat32, -math.MaxFloat32,
-		math.SmallestNonzeroFloat32, math.Float32frombits(0x7f7fffff), math.Float32frombits(0x807fffff), 1, -1}
-	base := make([]float32, 41)
-	for i := range base {
-		base[i] = finite[i%len(finite)]
-	}
-	for start := range 3 { // alignment of the slice start
-		for n := range len(base) - start + 1 {
-			v := base[start : start+n]
-			if !allFinite(v) {
-				t.Fatalf("finite slice [%d:%d] reported non-finite", start, start+n)
-			}
-			for i := range v {
-				for _, x := range specials {
-					old := v[i]
-					v[i] = x
-					if allFinite(v) {
-						t.Fatalf("%v at %d of [%d:%d] missed", x, i, start, start+n)
-					}
-					v[i] = old
-				}
-			}
-		}
-	}
-}
-
 func TestReadFrameAlloc(t *testing.T) {
 	s := testSnapshot(3000, 5)
 	for _, dt := range []DType{FP32, FP16} {
@@ -499,7 +466,7 @@ func TestReadFrameAlloc(t *testing.T) {
 		if &got.Params[0] != &dirty[0] {
 			t.Fatalf("%v: the supplied vector was not used", dt)
 		}
-		if !allFinite(got.Params) {
+		if !params.AllFinite(got.Params) {
 			t.Fatalf("%v: stale contents of the recycled vector survived", dt)
 		}
 		_, err = FrameReader{Alloc: func(n int) []float32 { return make([]float32, n-1) }}.ReadFrame(bytes.NewReader(b))

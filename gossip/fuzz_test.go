@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/meshtrain/meshtrain/params"
 )
 
 // FuzzDecodeFrame: no input panics the decoder or makes it allocate
@@ -32,7 +34,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		if len(s.Params) == 0 || len(s.Params) > maxN {
 			t.Fatalf("accepted %d elements", len(s.Params))
 		}
-		if !s.Progress.Valid() || s.Step < 0 || !allFinite(s.Params) {
+		if !s.Progress.Valid() || s.Step < 0 || !params.AllFinite(s.Params) {
 			t.Fatalf("accepted an invalid snapshot: step %d progress %v", s.Step, s.Progress)
 		}
 		h, _ := ParseFrameHeader(b)

@@ -161,20 +161,6 @@ func TestProgress(t *testing.T) {
 	}
 }
 
-func TestCheckFinite(t *testing.T) {
-	v := []float32{0, 1, -3.5, math.MaxFloat32}
-	if err := CheckFinite(v); err != nil {
-		t.Fatal(err)
-	}
-	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
-		w := append([]float32(nil), v...)
-		w[2] = bad
-		if !errors.Is(CheckFinite(w), ErrNonFinite) {
-			t.Errorf("%v not caught", bad)
-		}
-	}
-}
-
 func TestSnapshotCloneIsDeep(t *testing.T) {
 	s := Snapshot{Step: 3, Params: []float32{1, 2}}
 	c := s.Clone()

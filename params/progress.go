@@ -27,14 +27,3 @@ func (p Progress) Valid() bool {
 
 // ErrNonFinite reports a NaN or Inf in a parameter vector.
 var ErrNonFinite = errors.New("params: vector holds NaN or Inf")
-
-// CheckFinite returns ErrNonFinite if any element of v is NaN or ±Inf.
-func CheckFinite(v []float32) error {
-	for _, x := range v {
-		// x-x is NaN for both NaN and ±Inf, and 0 otherwise.
-		if x-x != 0 {
-			return ErrNonFinite
-		}
-	}
-	return nil
-}
