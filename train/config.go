@@ -31,6 +31,12 @@ type Config struct {
 	Momentum float64
 	// WeightDecay is the L2 penalty coefficient, in [0, 1).
 	WeightDecay float64
+	// EMA is the decay per step of the exponential moving average of the
+	// parameters that AverageInto returns (Polyak averaging), in [0, 1);
+	// 0 keeps none. The average smooths out the noise of small-batch
+	// steps and, in a swarm, of each node's drift between merges; the
+	// steps and merges act on the live parameters. See Trainer.AverageInto.
+	EMA float64
 	// Schedule is the learning-rate schedule string (see ParseSchedule);
 	// warmup and total are in samples of progress.
 	Schedule string
@@ -78,6 +84,7 @@ func DefaultConfig() Config {
 		LR:               0.1,
 		Momentum:         0.9,
 		WeightDecay:      5e-4,
+		EMA:              DefaultEMA,
 		Schedule:         "cosine:warmup=4%",
 		Seed:             1,
 		Shard:            "all",
@@ -113,6 +120,9 @@ func (c Config) Validate() error {
 	}
 	if !finite(c.WeightDecay) || c.WeightDecay < 0 || c.WeightDecay >= 1 {
 		bad("weight decay %v not in [0,1)", c.WeightDecay)
+	}
+	if !finite(c.EMA) || c.EMA < 0 || c.EMA >= 1 {
+		bad("ema %v not in [0,1)", c.EMA)
 	}
 	if s, err := ParseSchedule(c.Schedule); err != nil {
 		bad("schedule: %v", err)

@@ -1,0 +1,148 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/meshtrain/meshtrain/averaging"
+	"github.com/meshtrain/meshtrain/params"
+)
+
+// The average takes in the parameters as they stand before every
+// avgEvery-th step, merges between steps included, at avgEvery steps'
+// decay, faster while it is young; a reset and a restore restart it at
+// the parameters.
+func TestAverageIsTheEMAOfTheParameters(t *testing.T) {
+	trainSet, _ := splitSynthetic(t, 400)
+	c := testConfig("softmax")
+	c.EMA = 0.9
+	tr := newTestTrainer(t, c, trainSet)
+	want := tr.Snapshot().Params
+	if got := tr.AverageInto(nil); !slices.Equal(got.Params, want) {
+		t.Fatal("a new trainer's average is not its parameters")
+	}
+	var n float64
+	for i := range 41 {
+		if i == 10 {
+			// A merge between steps: the next update takes it in.
+			if err := tr.Apply(func(w, _ []float32, _ *params.Progress) error {
+				for j := range w {
+					w[j] *= 0.5
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := tr.Snapshot()
+		if i%AverageEvery == 0 {
+			d := min(math.Pow(c.EMA, AverageEvery), (1+n)/(10+n))
+			n++
+			if err := averaging.Mix(want, before.Params, 1-d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := tr.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		got := tr.AverageInto(nil)
+		if !slices.Equal(got.Params, want) {
+			t.Fatalf("after step %d the average is not the EMA of the parameters", i+1)
+		}
+		if live := tr.Snapshot(); got.Step != live.Step || got.Progress != live.Progress || got.Fingerprint != live.Fingerprint {
+			t.Fatalf("average's snapshot %d/%v, the parameters' %d/%v", got.Step, got.Progress, live.Step, live.Progress)
+		}
+	}
+	live := tr.Snapshot().Params
+	if slices.Equal(want, live) {
+		t.Fatal("the average equals the parameters: the test shows nothing")
+	}
+	tr.ResetAverage()
+	if !slices.Equal(tr.AverageInto(nil).Params, live) {
+		t.Fatal("ResetAverage did not restart the average at the parameters")
+	}
+	// A state carries the average and its age; a restore brings both
+	// back, and a state without one restarts it at the parameters.
+	st := tr.State()
+	if !slices.Equal(st.Average, live) || st.AverageUpdates != 0 {
+		t.Fatalf("State holds an average of %d values after %d updates, want the reset one", len(st.Average), st.AverageUpdates)
+	}
+	for range 8 {
+		if _, err := tr.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moved := tr.State()
+	if slices.Equal(moved.Average, moved.Params) || moved.AverageUpdates != 2 {
+		t.Fatalf("after 8 steps the average has %d updates and equals the parameters: %v", moved.AverageUpdates, slices.Equal(moved.Average, moved.Params))
+	}
+	if err := tr.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Restore(moved); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.State(); !slices.Equal(got.Average, moved.Average) || got.AverageUpdates != moved.AverageUpdates {
+		t.Fatal("Restore did not bring back the saved average")
+	}
+	moved.Average = nil
+	if err := tr.Restore(moved); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.State(); !slices.Equal(got.Average, moved.Params) || got.AverageUpdates != 0 {
+		t.Fatal("Restore of a state without an average did not restart it at the parameters")
+	}
+	bad := tr.State()
+	bad.Average = bad.Average[:3]
+	if err := tr.Restore(bad); !errors.Is(err, ErrBadState) {
+		t.Errorf("an average of 3 values: %v", err)
+	}
+	bad = tr.State()
+	bad.Average[1] = float32(math.NaN())
+	if err := tr.Restore(bad); !errors.Is(err, ErrBadState) {
+		t.Errorf("a NaN in the average: %v", err)
+	}
+}
+
+// With no average the trainer reports its parameters.
+func TestNoAverageReportsTheParameters(t *testing.T) {
+	trainSet, _ := splitSynthetic(t, 200)
+	c := testConfig("softmax")
+	c.EMA = 0
+	tr := newTestTrainer(t, c, trainSet)
+	for range 9 {
+		if _, err := tr.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		tr.ResetAverage() // a no-op without an average
+		if !slices.Equal(tr.AverageInto(nil).Params, tr.Snapshot().Params) {
+			t.Fatal("with EMA 0 the reported model is not the parameters")
+		}
+	}
+}
+
+// What the average is for: at a constant rate the parameters keep
+// jumping around the optimum with every small batch, and their average
+// sits nearer it. Evaluate scores the average.
+func TestAverageSmoothsSmallBatchNoise(t *testing.T) {
+	trainSet, testSet := splitSynthetic(t, 4000)
+	c := testConfig("mlp:32")
+	c.Batch, c.LR, c.Schedule, c.Epochs, c.EMA = 16, 0.02, "const", 3, DefaultEMA
+	tr := newTestTrainer(t, c, trainSet)
+	runAll(t, tr)
+	avg, err := tr.Evaluate(testSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := Evaluate(tr.Model(), tr.Snapshot().Params, testSet, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("test loss: average %.4f, parameters %.4f", avg.Loss, live.Loss)
+	if !(avg.Loss < live.Loss) {
+		t.Errorf("the average's test loss %.4f is not below the parameters' %.4f", avg.Loss, live.Loss)
+	}
+}
