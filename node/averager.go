@@ -197,6 +197,7 @@ func (a *averager) catchUp(ctx context.Context, best peer.ID, send func(Event)) 
 		n.log.Warn("catch-up failed", "peer", best, "err", err)
 		return
 	}
+	n.resetAverage()
 	n.tookIn(time.Now(), remote.Age, true)
 	a.catchups.Add(1)
 	s := n.trainer.Stats()

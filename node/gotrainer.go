@@ -73,6 +73,10 @@ func (g *goTrainer) Step(ctx context.Context) (StepResult, error) {
 
 func (g *goTrainer) SnapshotInto(dst []float32) params.Snapshot { return g.t.SnapshotInto(dst) }
 
+// AverageInto and ResetAverage: see ParamAverager.
+func (g *goTrainer) AverageInto(dst []float32) params.Snapshot { return g.t.AverageInto(dst) }
+func (g *goTrainer) ResetAverage()                             { g.t.ResetAverage() }
+
 func (g *goTrainer) Apply(fn func(w, opt []float32, p *params.Progress) error) error {
 	return g.t.Apply(fn)
 }
@@ -85,18 +89,19 @@ func (g *goTrainer) ApplyChecked(fn func(w, opt []float32, p *params.Progress) e
 func (g *goTrainer) State() TrainerState {
 	s := g.t.State()
 	own, _ := json.Marshal(s) // plain fields only: cannot fail
-	return TrainerState{Params: s.Params, Opt: s.Momentum, Step: s.Step, Progress: s.Progress, Samples: s.Samples,
-		Epoch: s.Epoch, Own: own}
+	return TrainerState{Params: s.Params, Opt: s.Momentum, Average: s.Average, Step: s.Step, Progress: s.Progress,
+		Samples: s.Samples, Epoch: s.Epoch, Own: own}
 }
 
 // Restore takes the trainer's own state from s.Own and the vectors, step
-// and progress from s's fields (a sync group's model replaces them).
+// and progress from s's fields (a sync group's model replaces them; with
+// no Average the average restarts at the parameters).
 func (g *goTrainer) Restore(s TrainerState) error {
 	var st train.State
 	if err := json.Unmarshal(s.Own, &st); err != nil {
 		return fmt.Errorf("node: trainer state: %w", err)
 	}
-	st.Params, st.Momentum, st.Step, st.Progress = s.Params, s.Opt, s.Step, s.Progress
+	st.Params, st.Momentum, st.Average, st.Step, st.Progress = s.Params, s.Opt, s.Average, s.Step, s.Progress
 	return g.t.Restore(st)
 }
 

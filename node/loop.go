@@ -250,7 +250,7 @@ func (l *trainLoop) after(stats StepResult) {
 			kind = "epoch"
 		}
 		select {
-		case l.evals <- evalRequest{kind: kind, snap: t.SnapshotInto(nil), epoch: t.Stats().Epoch}:
+		case l.evals <- evalRequest{kind: kind, snap: n.reported(nil), epoch: t.Stats().Epoch}:
 			l.lastEval = now
 		default:
 		}
@@ -329,8 +329,9 @@ func (n *Node) finish(ctx context.Context, ck *checkpointer, reason string, loss
 		}); err != nil {
 			return nil, err
 		}
+		n.resetAverage()
 	}
-	res.Snapshot, res.Layout = t.SnapshotInto(nil), t.Layout()
+	res.Snapshot, res.Layout = n.reported(nil), t.Layout()
 	r, err := t.Test(res.Snapshot.Params)
 	scored := err == nil
 	if errors.Is(err, ErrNoScore) {

@@ -314,6 +314,24 @@ func (n *Node) snapshot() params.Snapshot {
 	return s
 }
 
+// reported is a frozen copy of the model the node reports (ParamAverager):
+// the moving average of the parameters where the trainer keeps one, the
+// parameters otherwise. dst's storage is reused when it is large enough.
+func (n *Node) reported(dst []float32) params.Snapshot {
+	if a, ok := n.trainer.(ParamAverager); ok {
+		return a.AverageInto(dst)
+	}
+	return n.trainer.SnapshotInto(dst)
+}
+
+// resetAverage restarts the reported average at the live parameters, after
+// the model was replaced.
+func (n *Node) resetAverage() {
+	if a, ok := n.trainer.(ParamAverager); ok {
+		a.ResetAverage()
+	}
+}
+
 // modelAge is how old the model's information about the swarm is at now:
 // the time since it last took in a peer's model, or since the node
 // started if it never has.

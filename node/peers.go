@@ -122,9 +122,11 @@ func (n *Node) Peers() []PeerStatus {
 	return out
 }
 
-// Snapshot returns a frozen copy of the model and its layout.
+// Snapshot returns a frozen copy of the model the node reports (the
+// moving average of its parameters where the trainer keeps one:
+// ParamAverager) and its layout.
 func (n *Node) Snapshot() (params.Snapshot, params.Layout) {
-	return n.trainer.SnapshotInto(nil), n.trainer.Layout()
+	return n.reported(nil), n.trainer.Layout()
 }
 
 // ModelMeta is the safetensors metadata of an exported model.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -35,7 +36,34 @@ const (
 	MetaRunSamples = "run_samples"
 	// MetaRun is the run's description (RunSpec).
 	MetaRun = "run"
+	// MetaAverage is "opt-tail" in a checkpoint whose optimizer state
+	// ends with the model the node reports, the moving average of its
+	// parameters (TrainerState.Average): the last len(Params) values.
+	MetaAverage = "average"
 )
+
+// CheckpointVectors splits a checkpoint's optimizer state into the
+// trainer's optimizer state and the reported model (MetaAverage), nil when
+// the checkpoint holds none.
+func CheckpointVectors(cp *store.Checkpoint) (opt, average []float32) {
+	n := len(cp.Params)
+	if cp.Meta[MetaAverage] == "opt-tail" && n > 0 && len(cp.OptState) >= n {
+		k := len(cp.OptState) - n
+		return cp.OptState[:k:k], cp.OptState[k:]
+	}
+	return cp.OptState, nil
+}
+
+// CheckpointModel is the model a checkpoint's node reported: the moving
+// average of its parameters where it kept one, its parameters otherwise.
+// It is what `meshtrain export` writes.
+func CheckpointModel(cp *store.Checkpoint) params.Snapshot {
+	s := cp.Snapshot()
+	if _, avg := CheckpointVectors(cp); avg != nil {
+		s.Params = avg
+	}
+	return s
+}
 
 // RunSpec is the canonical description of a run that goes into the model
 // fingerprint: its length on the run clock and its schedule. A run with no
@@ -142,7 +170,8 @@ func resume(ctx context.Context, cfg Config, st store.Store, t Trainer, log *slo
 	if err := json.Unmarshal([]byte(cp.Meta[MetaTrainerState]), &state); err != nil {
 		return 0, false, fmt.Errorf("node: checkpoint %d has no readable trainer state: %w (pass --fresh to start over)", cp.ID, err)
 	}
-	ts := TrainerState{Params: cp.Params, Opt: cp.OptState, Step: state.Step, Progress: state.Progress, Samples: state.Samples,
+	opt, avg := CheckpointVectors(cp)
+	ts := TrainerState{Params: cp.Params, Opt: opt, Average: avg, Step: state.Step, Progress: state.Progress, Samples: state.Samples,
 		Epoch: state.Epoch, Own: json.RawMessage(cp.Meta[MetaTrainerState])}
 	if err := t.Restore(ts); err != nil {
 		return 0, false, fmt.Errorf("node: checkpoint %d does not fit this run's settings: %w (pass --fresh to start over)", cp.ID, err)
@@ -237,7 +266,7 @@ func (c *checkpointer) saveNow(ctx context.Context, s checkpointState, final boo
 func (c *checkpointer) save(ctx context.Context, s checkpointState, final bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	meta := make(map[string]string, len(c.meta)+4)
+	meta := make(map[string]string, len(c.meta)+5)
 	for k, v := range c.meta {
 		meta[k] = v
 	}
@@ -246,8 +275,13 @@ func (c *checkpointer) save(ctx context.Context, s checkpointState, final bool) 
 	meta[MetaProgress] = strconv.FormatFloat(float64(s.Progress), 'g', -1, 64)
 	meta[MetaRunSamples] = strconv.FormatFloat(s.clock, 'f', -1, 64)
 	fp, _ := params.ParseFingerprint(c.meta[MetaFingerprint])
+	opt := s.Opt
+	if len(s.Average) > 0 && len(s.Average) == len(s.Params) {
+		opt = append(slices.Clip(s.Opt), s.Average...)
+		meta[MetaAverage] = "opt-tail"
+	}
 	info, err := c.st.Save(ctx, &store.Checkpoint{Fingerprint: fp, Step: s.Step, Progress: s.Progress,
-		Params: s.Params, OptState: s.Opt, Meta: meta, Final: final})
+		Params: s.Params, OptState: opt, Meta: meta, Final: final})
 	if err != nil {
 		return fmt.Errorf("node: checkpoint at step %d: %w", s.Step, err)
 	}

@@ -60,8 +60,11 @@ func TestShutdown(t *testing.T) {
 		if err != nil {
 			t.Fatalf("node %d: load checkpoint %d: %v", i, last.ID, err)
 		}
-		if !slices.Equal(cp.Params, res.Snapshot.Params) {
+		if !slices.Equal(node.CheckpointModel(cp).Params, res.Snapshot.Params) {
 			t.Errorf("node %d: the final checkpoint does not hold the model the node ended with", i)
+		}
+		if live := node.TrainerOf(n.Node).SnapshotInto(nil).Params; !slices.Equal(cp.Params, live) {
+			t.Errorf("node %d: the final checkpoint does not hold the parameters the node trained", i)
 		}
 		if cp.Meta[node.MetaFingerprint] != node.TrainerOf(n.Node).Fingerprint().String() {
 			t.Errorf("node %d: checkpoint fingerprint %q", i, cp.Meta[node.MetaFingerprint])

@@ -107,7 +107,7 @@ func (n *Node) snapshotter(ctx context.Context) {
 		var stats TrainerStats
 		for range 5 {
 			stats = n.trainer.Stats()
-			snap = n.trainer.SnapshotInto(buf)
+			snap = n.reported(buf)
 			buf = snap.Params
 			if snap.Step == stats.Steps {
 				break

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -195,6 +196,51 @@ func TestNoEvalSkipsEvaluationsWhileTraining(t *testing.T) {
 		// The evaluator may skip an epoch end while busy, never all of them.
 		if noEval && evals != 0 || !noEval && evals == 0 || finals != 1 {
 			t.Errorf("NoEval=%v: %d evaluations while training and %d final events", noEval, evals, finals)
+		}
+	}
+}
+
+// A node reports the moving average of its parameters (the Go trainer's
+// --ema): its snapshots, Snapshot (what /model serves) and the run's
+// final model hold the average, not the live parameters; with --ema 0
+// they hold the parameters.
+func TestNodeReportsTheAverageOfItsParameters(t *testing.T) {
+	for _, ema := range []float64{train.DefaultEMA, 0} {
+		dir := t.TempDir()
+		cfg := offlineConfig()
+		cfg.MaxSteps, cfg.Train.EMA, cfg.Train.LR = 80, ema, 0.2
+		n, err := node.New(t.Context(), cfg, nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.SetSnapshots(node.SnapshotConfig{Dir: dir, Every: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := n.Run(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files, err := filepath.Glob(filepath.Join(dir, node.SnapshotGlob))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no snapshots (%v)", err)
+		}
+		final, meta := readSnapshot(t, files[len(files)-1])
+		if meta[node.MetaFinal] != "true" {
+			t.Fatalf("the last snapshot is not the final one: %v", meta)
+		}
+		live := node.TrainerOf(n).SnapshotInto(nil).Params
+		served, _ := n.Snapshot()
+		want := live
+		if ema > 0 {
+			want = node.TrainerOf(n).(node.ParamAverager).AverageInto(nil).Params
+			if slices.Equal(want, live) {
+				t.Fatal("the average equals the live parameters: the test shows nothing")
+			}
+		}
+		for name, got := range map[string][]float32{"final snapshot": final, "Snapshot": served.Params, "the run's model": res.Snapshot.Params} {
+			if !slices.Equal(got, want) {
+				t.Errorf("ema %v: %s is not the reported model (the average when ema > 0)", ema, name)
+			}
 		}
 	}
 }

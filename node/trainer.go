@@ -62,6 +62,19 @@ type CheckedApplier interface {
 	ApplyChecked(fn func(w, opt []float32, p *params.Progress) error) error
 }
 
+// ParamAverager is implemented by a trainer that keeps a moving average of
+// its parameters (the Go trainer's train.Config.EMA). The node reports that
+// average as its model: the test accuracy it logs and serves, what /model
+// and --save export, the snapshots a benchmark scores, the model that
+// meets --until-accuracy. It trains, merges and sends to its peers the
+// live parameters; a checkpoint holds both (TrainerState.Average).
+type ParamAverager interface {
+	// AverageInto is SnapshotInto for the average.
+	AverageInto(dst []float32) params.Snapshot
+	// ResetAverage restarts the average at the live parameters.
+	ResetAverage()
+}
+
 // ChangeCounter is implemented by a trainer whose state can change without
 // a step: an external trainer's push that carries no steps (an optimizer
 // state sent after the last step's push) replaces the model and the
@@ -114,10 +127,14 @@ type TrainerStats struct {
 // node, e.g. the data order's position).
 type TrainerState struct {
 	Params, Opt []float32
-	Step        int64
-	Progress    params.Progress
-	Samples     int64
-	Epoch       int
+	// Average is the model the trainer reports when it keeps a moving
+	// average of Params (ParamAverager), nil otherwise. A checkpoint
+	// stores it after Opt in its optimizer state (MetaAverage).
+	Average  []float32
+	Step     int64
+	Progress params.Progress
+	Samples  int64
+	Epoch    int
 	// Own is the trainer's own state, JSON.
 	Own json.RawMessage
 }

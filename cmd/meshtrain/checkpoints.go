@@ -105,7 +105,7 @@ func export(ctx context.Context, e *env, st store.Store, log *slog.Logger, id ui
 	if err != nil {
 		return failure(e, err)
 	}
-	snap := cp.Snapshot()
+	snap := node.CheckpointModel(cp)
 	seed, _ := strconv.ParseUint(cp.Meta[node.MetaSeed], 10, 64)
 	meta := node.ModelMetadata(cp.Meta[node.MetaModel], cp.Meta[node.MetaDataset], cp.Meta[node.MetaNetwork], seed, snap)
 	if err := writeModel(out, l, snap, meta); err != nil {
