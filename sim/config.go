@@ -100,6 +100,10 @@ type Config struct {
 	Schedule string
 	// Momentum and WeightDecay are SGD's, as the trainer's defaults.
 	Momentum, WeightDecay float64
+	// EMA is the decay per step of the moving average of its parameters
+	// that each node reports and is scored on (the trainer's --ema,
+	// train.Config.EMA); 0 scores the parameters.
+	EMA float64
 	// Epochs is the run's length in passes over the training set by the
 	// whole swarm (the node's --epochs): the schedule spans it and the
 	// simulation ends when it is complete. 0: no end (needs a schedule
@@ -207,6 +211,7 @@ func DefaultConfig() Config {
 		LR:            NodeLR,
 		Schedule:      NodeSchedule,
 		Momentum:      tc.Momentum,
+		EMA:           tc.EMA,
 		WeightDecay:   tc.WeightDecay,
 		Epochs:        1500,
 		StepMedian:    time.Second,
@@ -260,6 +265,9 @@ func (c Config) Validate() error {
 		bad("schedule %q: %v", c.Schedule, err)
 	} else if _, err := s.Resolve(c.Epochs * 1000); err != nil {
 		bad("schedule %q with epochs %v: %v", c.Schedule, c.Epochs, err)
+	}
+	if !finite(c.EMA) || c.EMA < 0 || c.EMA >= 1 {
+		bad("ema %v not in [0,1)", c.EMA)
 	}
 	if !finite(c.Momentum) || c.Momentum < 0 || c.Momentum >= 1 {
 		bad("momentum %v not in [0,1)", c.Momentum)

@@ -33,6 +33,7 @@ func TestSimMirrorsNodeDefaults(t *testing.T) {
 		{"batch", d.Batch, nc.Train.Batch},
 		{"momentum", d.Momentum, nc.Train.Momentum},
 		{"weight decay", d.WeightDecay, nc.Train.WeightDecay},
+		{"reported average", d.EMA, nc.Train.EMA},
 		{"merge alpha", d.Merger.Alpha, nc.Merger.Alpha},
 		{"merge staleness", d.Merger.Staleness.String(), nc.Merger.Staleness.String()},
 		{"merge lag", d.Merger.Lag, nc.Merger.Lag},

@@ -32,7 +32,7 @@ func (s *simulation) report() error {
 		p.AverageAccuracy = r.Accuracy
 		k := min(s.cfg.EvalNodes, len(s.live))
 		for _, i := range s.evalRng.Perm(len(s.live))[:k] {
-			r, err := train.Evaluate(s.model, s.live[i].w, s.testSub, 0, s.cfg.Threads)
+			r, err := train.Evaluate(s.model, s.live[i].reported(), s.testSub, 0, s.cfg.Threads)
 			if err != nil {
 				return fmt.Errorf("sim: score node %d: %w", s.live[i].id, err)
 			}

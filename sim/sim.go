@@ -158,7 +158,11 @@ type node struct {
 	session int
 	live    bool
 
-	w, mom   []float32
+	w, mom []float32
+	// avg is the moving average of w the node reports (Config.EMA; nil
+	// when 0), avgN its updates since it was last reset.
+	avg      []float32
+	avgN     int64
 	progress params.Progress
 	// slow is the node's slow momentum (nil with Config.OuterEvery 0).
 	slow  *averaging.SlowMomentum
@@ -534,6 +538,10 @@ func (s *simulation) step(n *node) error {
 		return fmt.Errorf("sim: step of node %d: %w", n.id, err)
 	}
 	lr := s.cfg.LR * s.sched.Factor(params.Progress(s.res.Samples+int64(b)))
+	if n.avg != nil && n.steps%train.AverageEvery == 0 {
+		_ = averaging.Mix(n.avg, n.w, 1-train.AverageDecay(s.cfg.EMA, n.avgN)) // same length, weight in [0, 1]
+		n.avgN++
+	}
 	s.opt.Update(n.w, n.mom, s.grad, lr)
 	n.progress = n.progress.Step(b)
 	n.steps++
@@ -729,6 +737,7 @@ func (s *simulation) catchUp(a, b *node, sn *snap) {
 	}
 	copy(a.w, sn.s.Params)
 	clear(a.mom)
+	a.resetAverage()
 	if a.slow != nil {
 		a.slow.Reset() // the slow momentum belonged to it too
 	}
@@ -736,6 +745,23 @@ func (s *simulation) catchUp(a, b *node, sn *snap) {
 	a.tookIn(s.now, sn.s.Age, true)
 	s.res.CatchUps++
 	b.shared = max(b.shared, sn.samples)
+}
+
+// resetAverage restarts n's reported average at its parameters, as the
+// trainer's ResetAverage does after a catch-up.
+func (n *node) resetAverage() {
+	if n.avg != nil {
+		copy(n.avg, n.w)
+		n.avgN = 0
+	}
+}
+
+// reported is the model n reports: its average, or its parameters.
+func (n *node) reported() []float32 {
+	if n.avg != nil {
+		return n.avg
+	}
+	return n.w
 }
 
 // tookIn: the model's information is now as fresh as a model of age age
@@ -781,6 +807,10 @@ func (s *simulation) join(n *node) {
 		n.w, n.mom = s.alloc(), s.alloc()
 		copy(n.w, s.init)
 		clear(n.mom)
+		if s.cfg.EMA > 0 {
+			n.avg = s.alloc()
+			n.resetAverage()
+		}
 		n.info = s.now
 		shard := s.shards[n.id%len(s.shards)]
 		n.perm = make([]int32, len(shard))
@@ -845,7 +875,10 @@ func (s *simulation) leave(n *node) {
 	s.res.Gone++
 	s.res.LostSamples += n.samples - n.shared
 	s.free = append(s.free, n.w, n.mom)
-	n.w, n.mom, n.perm, n.slow = nil, nil, nil, nil
+	if n.avg != nil {
+		s.free = append(s.free, n.avg)
+	}
+	n.w, n.mom, n.avg, n.perm, n.slow = nil, nil, nil, nil, nil
 }
 
 // arrive is one arrival of the lifetime model: a node from the offline

@@ -280,6 +280,7 @@ func TestSimConfigValidate(t *testing.T) {
 		{"schedule", func(c *Config) { c.Schedule = "linear" }, []string{`schedule "linear"`}},
 		{"schedule without a run", func(c *Config) { c.Epochs = 0 }, []string{"with epochs 0"}},
 		{"momentum", func(c *Config) { c.Momentum = 1 }, []string{"momentum 1"}},
+		{"ema", func(c *Config) { c.EMA = 1 }, []string{"ema 1"}},
 		{"shards", func(c *Config) { c.Shards = -1 }, []string{"shards -1"}},
 		{"step", func(c *Config) { c.StepMedian = 0 }, []string{"step time 0s"}},
 		{"spread", func(c *Config) { c.StepSpread = 6 }, []string{"step spread 6"}},
