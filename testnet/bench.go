@@ -1184,7 +1184,7 @@ func settings(c BenchConfig, n Net) Settings {
 	return Settings{Nodes: c.Nodes, Slowdowns: c.slowdowns(), Target: c.Target, Seeds: c.reportSeeds(), TuneSeed: c.TuneSeed,
 		Dataset: c.Dataset, NonIID: c.NonIID, Model: c.Model, Batch: c.Batch, Modes: c.Modes,
 		LR: c.LR, Epochs: c.Epochs, Schedule: c.Schedule, AvgIntervalS: c.AvgInterval.Seconds(), Alpha: c.Alpha,
-		Staleness: c.Staleness, WireDType: c.WireDType,
+		Staleness: c.Staleness, WireDType: c.WireDType, EMA: node.DefaultConfig().Train.EMA,
 		LRGrid: c.LRGrid, SyncLRGrid: c.SyncLRGrid, Tune: c.Tune, FixedLR: fixed, BudgetSync: c.BudgetSync,
 		CapS: c.Cap.Seconds(), SnapshotS: c.SnapshotEvery.Seconds(),
 		Threads: c.Threads, NodeArgs: c.NodeArgs, Quick: c.Quick, Harness: HarnessFlags(c, n),

@@ -490,6 +490,10 @@ func writeMethod(b *strings.Builder, r *Results, level int) {
 				code(diff[ModeSync]))
 		}
 	}
+	if st.EMA > 0 {
+		p("- Every node of every mode reports, and the snapshots hold, the moving average of its weights "+
+			"(decay %g per step, a node's `--ema` default), not its live weights, unless the mode's flags set `--ema`.\n", st.EMA)
+	}
 	p("- Accuracy at equal wall time is every mode's at W; a node that ended its run holds its final model from then on. "+
 		"Every run is capped at %.0f s; a run that hits the cap is marked `capped`, not failed.\n", st.CapS)
 

@@ -155,6 +155,11 @@ type Settings struct {
 	Alpha        float64 `json:"alpha"`
 	Staleness    string  `json:"staleness"`
 	WireDType    string  `json:"wire_dtype"`
+	// EMA is the nodes' default decay of the moving average of the
+	// weights they report, and the snapshots hold (0 in results written
+	// before nodes kept one); a mode's or the run's node flags may set
+	// another.
+	EMA float64 `json:"ema,omitempty"`
 	// Tuning: the grids, the modes tuned on LRGrid besides sync, the fixed
 	// rates, and whether sync's report runs are budgeted to W.
 	LRGrid     []float64          `json:"lr_grid"`
