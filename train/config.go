@@ -75,7 +75,8 @@ type Config struct {
 }
 
 // DefaultConfig is tuned for MNIST: mlp:256,128, batch 64, 3 epochs,
-// momentum SGD with linear warmup and cosine decay.
+// momentum SGD with linear warmup and cosine decay, and a moving average
+// of the parameters as the reported model.
 func DefaultConfig() Config {
 	return Config{
 		Model:            "mlp:256,128",

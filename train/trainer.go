@@ -386,11 +386,18 @@ func (t *Trainer) Snapshot() params.Snapshot {
 func (t *Trainer) SnapshotInto(dst []float32) params.Snapshot {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if cap(dst) < len(t.w) {
-		dst = make([]float32, len(t.w))
+	return t.snapshotOf(t.w, dst)
+}
+
+// snapshotOf copies src (the parameters or their average) into dst,
+// reused when large enough, with the parameters' step and progress.
+// Holds mu for reading.
+func (t *Trainer) snapshotOf(src, dst []float32) params.Snapshot {
+	if cap(dst) < len(src) {
+		dst = make([]float32, len(src))
 	}
-	dst = dst[:len(t.w)]
-	copy(dst, t.w)
+	dst = dst[:len(src)]
+	copy(dst, src)
 	return params.Snapshot{Fingerprint: t.fp, Step: t.step, Progress: t.progress, Params: dst}
 }
 
@@ -452,16 +459,10 @@ func (t *Trainer) ResetAverage() {
 func (t *Trainer) AverageInto(dst []float32) params.Snapshot {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	src := t.w
 	if t.avg != nil {
-		src = t.avg
+		return t.snapshotOf(t.avg, dst)
 	}
-	if cap(dst) < len(src) {
-		dst = make([]float32, len(src))
-	}
-	dst = dst[:len(src)]
-	copy(dst, src)
-	return params.Snapshot{Fingerprint: t.fp, Step: t.step, Progress: t.progress, Params: dst}
+	return t.snapshotOf(t.w, dst)
 }
 
 // Apply runs fn between two steps with the live parameters, momentum and
