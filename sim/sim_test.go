@@ -523,3 +523,33 @@ func TestSimSlowMomentum(t *testing.T) {
 		t.Error("slow momentum every 20 steps left every point's consensus distance as it is without it")
 	}
 }
+
+// TestSimScoresTheReportedAverage: a node is scored on the moving average
+// of its weights (Config.EMA), as a real node reports it, and the average
+// changes nothing else: the same seed with and without it trains the same
+// models (the same consensus distance, average model and merges).
+func TestSimScoresTheReportedAverage(t *testing.T) {
+	c := small()
+	c.Nodes, c.EvalNodes, c.Duration, c.ReportEvery = 4, 4, 10*time.Second, time.Second
+	with := simulate(t, c).res
+	c.EMA = 0
+	without := simulate(t, c).res
+	if len(with.Points) != len(without.Points) || with.Merges != without.Merges || with.Samples != without.Samples {
+		t.Fatalf("the average changed the run: %d/%d points, %d/%d merges, %d/%d samples", len(with.Points),
+			len(without.Points), with.Merges, without.Merges, with.Samples, without.Samples)
+	}
+	differ := 0
+	for i, p := range with.Points {
+		q := without.Points[i]
+		if p.ConsensusDistance != q.ConsensusDistance || p.AverageAccuracy != q.AverageAccuracy {
+			t.Fatalf("t=%v: the average changed the models: distance %v/%v, average model %v/%v", p.T,
+				p.ConsensusDistance, q.ConsensusDistance, p.AverageAccuracy, q.AverageAccuracy)
+		}
+		if !reflect.DeepEqual(p.Scored, q.Scored) {
+			differ++
+		}
+	}
+	if differ == 0 {
+		t.Error("the nodes scored the same with and without the average: they are not scored on it")
+	}
+}
