@@ -146,3 +146,66 @@ func TestAverageSmoothsSmallBatchNoise(t *testing.T) {
 		t.Errorf("the average's test loss %.4f is not below the parameters' %.4f", avg.Loss, live.Loss)
 	}
 }
+
+// AverageIn takes a merged peer's model into the average as one of its
+// updates, at the share it is given times Config.EMAPeers; it counts as an
+// update (the average ages), and does nothing without an average, at a
+// share of 0 or with EMAPeers 0; a vector of the wrong length is refused.
+func TestAverageInTakesInPeerModels(t *testing.T) {
+	trainSet, _ := splitSynthetic(t, 400)
+	c := testConfig("softmax")
+	c.EMA, c.EMAPeers = 0.9, 0.5
+	tr := newTestTrainer(t, c, trainSet)
+	want := tr.AverageInto(nil).Params
+	peer := make([]float32, len(want))
+	for i := range peer {
+		peer[i] = float32(i%7) - 3
+	}
+	live := tr.Snapshot().Params
+	var n int64
+	for _, share := range []float64{1, 0.5, 2, 0, -1, math.NaN()} {
+		w := 0.0
+		if share > 0 {
+			d := min(math.Pow(c.EMA, AverageEvery), (1+float64(n))/(10+float64(n)))
+			w = (1 - d) * min(1, share) * c.EMAPeers
+		}
+		if got := AverageInWeight(c.EMA, c.EMAPeers, n, share); got != w {
+			t.Fatalf("share %v: AverageInWeight %v, want %v", share, got, w)
+		}
+		if w > 0 {
+			n++
+			if err := averaging.Mix(want, peer, w); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tr.AverageIn(peer, share); err != nil {
+			t.Fatalf("share %v: %v", share, err)
+		}
+		if got := tr.AverageInto(nil).Params; !slices.Equal(got, want) {
+			t.Fatalf("share %v: the average did not take in the peer's model at weight %v", share, w)
+		}
+	}
+	if got := tr.State().AverageUpdates; got != n {
+		t.Fatalf("%d updates counted, want %d", got, n)
+	}
+	if err := tr.AverageIn(peer[1:], 1); err == nil {
+		t.Fatal("a vector of the wrong length was taken in")
+	}
+	if !slices.Equal(tr.Snapshot().Params, live) {
+		t.Fatal("the peer's model reached the live parameters")
+	}
+
+	for _, off := range []func(*Config){func(c *Config) { c.EMAPeers = 0 }, func(c *Config) { c.EMA = 0 }} {
+		c := testConfig("softmax")
+		c.EMA, c.EMAPeers = 0.9, 1
+		off(&c)
+		tr := newTestTrainer(t, c, trainSet)
+		before := tr.AverageInto(nil).Params
+		if err := tr.AverageIn(peer, 1); err != nil {
+			t.Fatal(err)
+		}
+		if got := tr.AverageInto(nil).Params; !slices.Equal(got, before) {
+			t.Fatalf("ema %v, ema-peers %v: the average took in a peer's model", c.EMA, c.EMAPeers)
+		}
+	}
+}

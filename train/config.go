@@ -37,6 +37,13 @@ type Config struct {
 	// steps and, in a swarm, of each node's drift between merges; the
 	// steps and merges act on the live parameters. See Trainer.AverageInto.
 	EMA float64
+	// EMAPeers is the weight, in [0, 1], with which the average also
+	// takes in every peer's model the parameters merge (AverageIn): 1
+	// counts each as one of the average's updates, 0 takes in only the
+	// trainer's own parameters. Taking in the models merged makes the
+	// average span the swarm's models, not only this trainer's drift
+	// between merges.
+	EMAPeers float64
 	// Schedule is the learning-rate schedule string (see ParseSchedule);
 	// warmup and total are in samples of progress.
 	Schedule string
@@ -86,6 +93,7 @@ func DefaultConfig() Config {
 		Momentum:         0.9,
 		WeightDecay:      5e-4,
 		EMA:              DefaultEMA,
+		EMAPeers:         DefaultEMAPeers,
 		Schedule:         "cosine:warmup=4%",
 		Seed:             1,
 		Shard:            "all",
@@ -124,6 +132,9 @@ func (c Config) Validate() error {
 	}
 	if !finite(c.EMA) || c.EMA < 0 || c.EMA >= 1 {
 		bad("ema %v not in [0,1)", c.EMA)
+	}
+	if !finite(c.EMAPeers) || c.EMAPeers < 0 || c.EMAPeers > 1 {
+		bad("ema-peers %v not in [0,1]", c.EMAPeers)
 	}
 	if s, err := ParseSchedule(c.Schedule); err != nil {
 		bad("schedule: %v", err)

@@ -435,6 +435,45 @@ func (t *Trainer) updateAverage() {
 	_ = averaging.Mix(t.avg, t.w, 1-d) // same length, weight in [0, 1]
 }
 
+// DefaultEMAPeers is Config.EMAPeers's default.
+const DefaultEMAPeers = 1.0
+
+// AverageIn takes v, a peer's model the parameters have just merged,
+// into the moving average as one of its updates, at share (in [0, 1],
+// the merge's weight over its base weight: less for a stale model) times
+// Config.EMAPeers of an update's weight. The average then spans the
+// models the swarm holds rather than only this trainer's own path
+// between merges. Without an average, or at a share of 0, it does
+// nothing. v must be finite (the merge checked it) and as long as the
+// parameters.
+func (t *Trainer) AverageIn(v []float32, share float64) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.avg == nil {
+		return nil
+	}
+	if len(v) != len(t.avg) {
+		return fmt.Errorf("train: average in %d values, want %d", len(v), len(t.avg))
+	}
+	w := AverageInWeight(t.cfg.EMA, t.cfg.EMAPeers, t.avgN, share)
+	if !(w > 0) {
+		return nil
+	}
+	t.avgN++
+	return averaging.Mix(t.avg, v, w)
+}
+
+// AverageInWeight is the weight with which the n-th update of the average
+// (0 the first after a reset) takes in a merged peer's model: an own
+// update's, 1 - AverageDecay(ema, n), times peers (Config.EMAPeers) times
+// share clamped to [0, 1] (the merge's weight over its base weight).
+func AverageInWeight(ema, peers float64, n int64, share float64) float64 {
+	if !(share > 0) {
+		return 0
+	}
+	return (1 - AverageDecay(ema, n)) * min(1, share) * peers
+}
+
 // resetAverage restarts the average at the parameters. Holds mu for
 // writing (or owns the trainer).
 func (t *Trainer) resetAverage() {
