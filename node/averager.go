@@ -264,6 +264,13 @@ func (a *averager) merge(from peer.ID, remote params.Snapshot, inbound bool) {
 		return
 	}
 	n.tookIn(time.Now(), remote.Age, false)
+	if pa, ok := n.trainer.(ParamAverager); ok {
+		// The model merged (clipped if the core clipped it) joins the
+		// reported average at the merge's weight relative to a fresh one.
+		if err := pa.AverageIn(remote.Params, d.Weight/n.cfg.Merger.Alpha); err != nil {
+			n.log.Warn("average of the merged model refused", "peer", from, "err", err)
+		}
+	}
 	a.core.Applied(from.String(), d)
 	if n.trust != nil && d.HasVerdict {
 		n.verdict(from, d.Verdict)

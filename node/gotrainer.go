@@ -76,6 +76,9 @@ func (g *goTrainer) SnapshotInto(dst []float32) params.Snapshot { return g.t.Sna
 // AverageInto and ResetAverage: see ParamAverager.
 func (g *goTrainer) AverageInto(dst []float32) params.Snapshot { return g.t.AverageInto(dst) }
 func (g *goTrainer) ResetAverage()                             { g.t.ResetAverage() }
+func (g *goTrainer) AverageIn(v []float32, share float64) error {
+	return g.t.AverageIn(v, share)
+}
 
 func (g *goTrainer) Apply(fn func(w, opt []float32, p *params.Progress) error) error {
 	return g.t.Apply(fn)

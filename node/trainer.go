@@ -73,6 +73,9 @@ type ParamAverager interface {
 	AverageInto(dst []float32) params.Snapshot
 	// ResetAverage restarts the average at the live parameters.
 	ResetAverage()
+	// AverageIn takes a peer's model just merged into the average, at
+	// share (in [0, 1]) of one update's weight.
+	AverageIn(v []float32, share float64) error
 }
 
 // ChangeCounter is implemented by a trainer whose state can change without

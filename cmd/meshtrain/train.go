@@ -45,6 +45,8 @@ func (f *trainFlags) register(fs *flag.FlagSet, c node.Config) {
 	fs.Float64Var(&f.cfg.WeightDecay, "weight-decay", d.WeightDecay, "L2 weight decay")
 	fs.Float64Var(&f.cfg.EMA, "ema", d.EMA,
 		"decay per step of the moving average of the weights that is reported as the model (accuracy, /model, --save); 0: the live weights")
+	fs.Float64Var(&f.cfg.EMAPeers, "ema-peers", d.EMAPeers,
+		"weight in [0,1] with which the reported average (--ema) also takes in every peer's model this node merges; 0: only its own weights")
 	fs.StringVar(&f.cfg.Schedule, "schedule", d.Schedule, "LR schedule: const or cosine[:warmup=SAMPLES,total=SAMPLES]")
 	fs.Float64Var(&f.epochs, "epochs", c.Epochs,
 		"length of the run in passes over the whole training set, counted over every node's samples; the LR schedule spans it (0: no end)")
