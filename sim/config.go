@@ -104,6 +104,9 @@ type Config struct {
 	// that each node reports and is scored on (the trainer's --ema,
 	// train.Config.EMA); 0 scores the parameters.
 	EMA float64
+	// EMAPeers is the weight with which that average also takes in each
+	// peer's model the node merges (train.Config.EMAPeers).
+	EMAPeers float64
 	// Epochs is the run's length in passes over the training set by the
 	// whole swarm (the node's --epochs): the schedule spans it and the
 	// simulation ends when it is complete. 0: no end (needs a schedule
@@ -212,6 +215,7 @@ func DefaultConfig() Config {
 		Schedule:      NodeSchedule,
 		Momentum:      tc.Momentum,
 		EMA:           tc.EMA,
+		EMAPeers:      tc.EMAPeers,
 		WeightDecay:   tc.WeightDecay,
 		Epochs:        1500,
 		StepMedian:    time.Second,
@@ -268,6 +272,9 @@ func (c Config) Validate() error {
 	}
 	if !finite(c.EMA) || c.EMA < 0 || c.EMA >= 1 {
 		bad("ema %v not in [0,1)", c.EMA)
+	}
+	if !finite(c.EMAPeers) || c.EMAPeers < 0 || c.EMAPeers > 1 {
+		bad("ema-peers %v not in [0,1]", c.EMAPeers)
 	}
 	if !finite(c.Momentum) || c.Momentum < 0 || c.Momentum >= 1 {
 		bad("momentum %v not in [0,1)", c.Momentum)

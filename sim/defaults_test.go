@@ -34,6 +34,7 @@ func TestSimMirrorsNodeDefaults(t *testing.T) {
 		{"momentum", d.Momentum, nc.Train.Momentum},
 		{"weight decay", d.WeightDecay, nc.Train.WeightDecay},
 		{"reported average", d.EMA, nc.Train.EMA},
+		{"reported average takes in peers", d.EMAPeers, nc.Train.EMAPeers},
 		{"merge alpha", d.Merger.Alpha, nc.Merger.Alpha},
 		{"merge staleness", d.Merger.Staleness.String(), nc.Merger.Staleness.String()},
 		{"merge lag", d.Merger.Lag, nc.Merger.Lag},

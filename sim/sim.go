@@ -721,6 +721,12 @@ func (s *simulation) merge(r, from *node, sn *snap) {
 		return
 	}
 	r.tookIn(s.now, sn.s.Age, false)
+	if r.avg != nil {
+		if w := train.AverageInWeight(s.cfg.EMA, s.cfg.EMAPeers, r.avgN, d.Weight/s.cfg.Merger.Alpha); w > 0 {
+			_ = averaging.Mix(r.avg, sn.s.Params, w) // same length, weight in [0, 1]
+			r.avgN++
+		}
+	}
 	r.core.Applied(from.name, d)
 	s.res.Merges++
 	from.shared = max(from.shared, sn.samples)

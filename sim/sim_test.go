@@ -281,6 +281,7 @@ func TestSimConfigValidate(t *testing.T) {
 		{"schedule without a run", func(c *Config) { c.Epochs = 0 }, []string{"with epochs 0"}},
 		{"momentum", func(c *Config) { c.Momentum = 1 }, []string{"momentum 1"}},
 		{"ema", func(c *Config) { c.EMA = 1 }, []string{"ema 1"}},
+		{"ema-peers", func(c *Config) { c.EMAPeers = 1.5 }, []string{"ema-peers 1.5"}},
 		{"shards", func(c *Config) { c.Shards = -1 }, []string{"shards -1"}},
 		{"step", func(c *Config) { c.StepMedian = 0 }, []string{"step time 0s"}},
 		{"spread", func(c *Config) { c.StepSpread = 6 }, []string{"step spread 6"}},
@@ -533,16 +534,37 @@ func TestSimScoresTheReportedAverage(t *testing.T) {
 	c.Nodes, c.EvalNodes, c.Duration, c.ReportEvery = 4, 4, 10*time.Second, time.Second
 	with := simulate(t, c).res
 	c.EMA = 0
-	without := simulate(t, c).res
-	if len(with.Points) != len(without.Points) || with.Merges != without.Merges || with.Samples != without.Samples {
-		t.Fatalf("the average changed the run: %d/%d points, %d/%d merges, %d/%d samples", len(with.Points),
-			len(without.Points), with.Merges, without.Merges, with.Samples, without.Samples)
+	sameModelsOtherScores(t, "the average", with, simulate(t, c).res)
+}
+
+// TestSimAverageTakesInMergedModels: the reported average also takes in
+// the peers' models a node merges (Config.EMAPeers), as a real node's
+// does, and that too changes only what is scored.
+func TestSimAverageTakesInMergedModels(t *testing.T) {
+	c := small()
+	c.Nodes, c.EvalNodes, c.Duration, c.ReportEvery = 4, 4, 10*time.Second, time.Second
+	if c.EMA == 0 || c.EMAPeers == 0 {
+		t.Fatalf("the defaults keep no average of the peers' models: ema %v, ema-peers %v", c.EMA, c.EMAPeers)
+	}
+	with := simulate(t, c).res
+	c.EMAPeers = 0
+	sameModelsOtherScores(t, "the peers' models in the average", with, simulate(t, c).res)
+}
+
+// sameModelsOtherScores fails unless runs a and b, which differ only by
+// what their nodes report (what), trained the same models and scored
+// them differently.
+func sameModelsOtherScores(t *testing.T, what string, a, b Result) {
+	t.Helper()
+	if len(a.Points) != len(b.Points) || a.Merges != b.Merges || a.Samples != b.Samples {
+		t.Fatalf("%s changed the run: %d/%d points, %d/%d merges, %d/%d samples", what, len(a.Points),
+			len(b.Points), a.Merges, b.Merges, a.Samples, b.Samples)
 	}
 	differ := 0
-	for i, p := range with.Points {
-		q := without.Points[i]
+	for i, p := range a.Points {
+		q := b.Points[i]
 		if p.ConsensusDistance != q.ConsensusDistance || p.AverageAccuracy != q.AverageAccuracy {
-			t.Fatalf("t=%v: the average changed the models: distance %v/%v, average model %v/%v", p.T,
+			t.Fatalf("t=%v: %s changed the models: distance %v/%v, average model %v/%v", p.T, what,
 				p.ConsensusDistance, q.ConsensusDistance, p.AverageAccuracy, q.AverageAccuracy)
 		}
 		if !reflect.DeepEqual(p.Scored, q.Scored) {
@@ -550,6 +572,6 @@ func TestSimScoresTheReportedAverage(t *testing.T) {
 		}
 	}
 	if differ == 0 {
-		t.Error("the nodes scored the same with and without the average: they are not scored on it")
+		t.Errorf("the nodes scored the same with and without %s: they are not scored on it", what)
 	}
 }

@@ -1185,7 +1185,8 @@ func settings(c BenchConfig, n Net) Settings {
 		Dataset: c.Dataset, NonIID: c.NonIID, Model: c.Model, Batch: c.Batch, Modes: c.Modes,
 		LR: c.LR, Epochs: c.Epochs, Schedule: c.Schedule, AvgIntervalS: c.AvgInterval.Seconds(), Alpha: c.Alpha,
 		Staleness: c.Staleness, WireDType: c.WireDType, EMA: node.DefaultConfig().Train.EMA,
-		LRGrid: c.LRGrid, SyncLRGrid: c.SyncLRGrid, Tune: c.Tune, FixedLR: fixed, BudgetSync: c.BudgetSync,
+		EMAPeers: node.DefaultConfig().Train.EMAPeers,
+		LRGrid:   c.LRGrid, SyncLRGrid: c.SyncLRGrid, Tune: c.Tune, FixedLR: fixed, BudgetSync: c.BudgetSync,
 		CapS: c.Cap.Seconds(), SnapshotS: c.SnapshotEvery.Seconds(),
 		Threads: c.Threads, NodeArgs: c.NodeArgs, Quick: c.Quick, Harness: HarnessFlags(c, n),
 		Heterogeneity: "emulated: each step lasts slowdown x base step (sleeping after the compute; the sleep counts as busy), " +

@@ -723,7 +723,7 @@ func TestCurveIsTheMedianOverSeeds(t *testing.T) {
 // gossipFlags are the training and gossip flags a node takes its defaults
 // for (node.DefaultConfig): a default benchmark must pass none to gossip.
 var gossipFlags = []string{"--avg-interval", "--alpha", "--staleness", "--wire-dtype", "--announce-interval", "--lr",
-	"--schedule", "--epochs", "--mode", "--model", "--batch", "--dataset", "--momentum", "--weight-decay", "--ema"}
+	"--schedule", "--epochs", "--mode", "--model", "--batch", "--dataset", "--momentum", "--weight-decay", "--ema", "--ema-peers"}
 
 func TestDefaultBenchRunsGossipWithTheNodeDefaults(t *testing.T) {
 	c := DefaultBenchConfig()

@@ -491,8 +491,12 @@ func writeMethod(b *strings.Builder, r *Results, level int) {
 		}
 	}
 	if st.EMA > 0 {
+		peers := ""
+		if st.EMAPeers > 0 {
+			peers = fmt.Sprintf(", which also takes in every peer's model a gossip node merges (weight %g, `--ema-peers`)", st.EMAPeers)
+		}
 		p("- Every node of every mode reports, and the snapshots hold, the moving average of its weights "+
-			"(decay %g per step, a node's `--ema` default), not its live weights, unless the mode's flags set `--ema`.\n", st.EMA)
+			"(decay %g per step, a node's `--ema` default%s), not its live weights, unless the mode's flags set `--ema`.\n", st.EMA, peers)
 	}
 	p("- Accuracy at equal wall time is every mode's at W; a node that ended its run holds its final model from then on. "+
 		"Every run is capped at %.0f s; a run that hits the cap is marked `capped`, not failed.\n", st.CapS)

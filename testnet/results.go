@@ -160,6 +160,10 @@ type Settings struct {
 	// before nodes kept one); a mode's or the run's node flags may set
 	// another.
 	EMA float64 `json:"ema,omitempty"`
+	// EMAPeers is the nodes' default weight with which that average
+	// takes in the peers' models they merge (absent in results written
+	// before the average took them in).
+	EMAPeers float64 `json:"ema_peers,omitempty"`
 	// Tuning: the grids, the modes tuned on LRGrid besides sync, the fixed
 	// rates, and whether sync's report runs are budgeted to W.
 	LRGrid     []float64          `json:"lr_grid"`

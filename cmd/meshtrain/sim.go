@@ -76,6 +76,7 @@ func simConfig(e *env, args []string) (cfg sim.Config, out string, code int, ok 
 	outerLR := fs.Float64("outer-lr", d.OuterLR, "slow momentum: outer learning rate (default: the node's)")
 	outerMomentum := fs.Float64("outer-momentum", d.OuterMomentum, "slow momentum: outer Nesterov momentum, in [0,1) (default: the node's)")
 	ema := fs.Float64("ema", d.EMA, "decay per step of the moving average of its weights each node reports and is scored on (0: the weights; default: the node's)")
+	emaPeers := fs.Float64("ema-peers", d.EMAPeers, "weight in [0,1] with which that average also takes in each peer's model a node merges (default: the node's)")
 	netFlag := fs.String("net", fmt.Sprintf("wan:%v,%gmbit", 2*d.Latency, d.Bandwidth*8/1e6),
 		"link between any two nodes: wan:RTT,RATE (latency RTT/2 each way, RATE per node, e.g. wan:100ms,10mbit)")
 	wire := fs.String("wire-dtype", "fp16", "precision of models on the wire: fp16 or fp32 (sets the bytes sent)")
@@ -99,7 +100,7 @@ func simConfig(e *env, args []string) (cfg sim.Config, out string, code int, ok 
 	cfg.ReportEvery, cfg.EvalNodes, cfg.EvalSamples, cfg.Threads = *reportEvery, *evalNodes, *evalSamples, *threads
 	cfg.Churn.NeverReturn = *never
 	cfg.OuterEvery, cfg.OuterLR, cfg.OuterMomentum = *outerEvery, *outerLR, *outerMomentum
-	cfg.EMA = *ema
+	cfg.EMA, cfg.EMAPeers = *ema, *emaPeers
 	cfg.Merger.Alpha = *alpha
 	var errs []error
 	if *slowdowns != "" {
