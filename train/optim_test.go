@@ -78,7 +78,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("default config: %v", err)
 	}
 	c := Config{
-		Model: "mlp:", Batch: 0, Epochs: -1, LR: math.NaN(), Momentum: 1, WeightDecay: -1, EMA: 1,
+		Model: "mlp:", Batch: 0, Epochs: -1, LR: math.NaN(), Momentum: 1, WeightDecay: -1, EMA: 1, EMAPeers: math.NaN(),
 		Schedule: "linear", Shard: "4/4", Alpha: -1, Network: "", Slowdown: 0.5,
 		BaseStep: -time.Second, CalibrationSteps: 0, Threads: 0,
 	}
@@ -86,7 +86,7 @@ func TestConfigValidate(t *testing.T) {
 	if !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("bad config: %v", err)
 	}
-	for _, field := range []string{"model", "batch", "epochs", "learning rate", "momentum", "weight decay", "ema", "schedule",
+	for _, field := range []string{"model", "batch", "epochs", "learning rate", "momentum", "weight decay", "ema 1", "ema-peers", "schedule",
 		"shard", "alpha", "network", "slowdown", "base step", "calibration", "threads"} {
 		if !strings.Contains(err.Error(), field) {
 			t.Errorf("no report for %s in:\n%v", field, err)
