@@ -423,8 +423,15 @@ const AverageEvery = 4
 // follows a model that is still changing fast rather than hold on to its
 // start.
 func AverageDecay(ema float64, n int64) float64 {
+	return AverageDecaySteps(ema, AverageEvery, n)
+}
+
+// AverageDecaySteps is AverageDecay for an update that comes steps steps
+// after the last one (an external trainer's push): ema^steps, but at most
+// (1+n)/(10+n).
+func AverageDecaySteps(ema float64, steps, n int64) float64 {
 	x := float64(n)
-	return min(math.Pow(ema, AverageEvery), (1+x)/(10+x))
+	return min(math.Pow(ema, float64(steps)), (1+x)/(10+x))
 }
 
 // updateAverage mixes the parameters into the average, as they stand

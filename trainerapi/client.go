@@ -120,6 +120,26 @@ func (c *Client) Pull(w, opt []float32) (hasOpt bool, err error) {
 	return r.Optimizer, nil
 }
 
+// Average copies the model the node reports (the moving average of the
+// pushed models and the merged ones, or the node's model when it keeps no
+// average) into w; it reports whether it was an average.
+func (c *Client) Average(w []float32) (averaged bool, err error) {
+	raw, err := c.call(map[string]any{"op": "average"}, nil, func(n uint64) ([]float32, error) {
+		if n != uint64(4*len(w)) {
+			return nil, fmt.Errorf("%w: average payload of %d bytes", ErrFrame, n)
+		}
+		return w, nil
+	})
+	if err != nil {
+		return false, err
+	}
+	var r struct {
+		Averaged bool `json:"averaged"`
+	}
+	_ = json.Unmarshal(raw, &r)
+	return r.Averaged, nil
+}
+
 // Eval reports the trainer's own test score of its model.
 func (c *Client) Eval(accuracy, loss float64) error {
 	_, err := c.call(map[string]any{"op": "eval", "accuracy": accuracy, "loss": loss}, nil, nil)

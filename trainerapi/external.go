@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshtrain/meshtrain/averaging"
 	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/train"
@@ -119,6 +120,12 @@ type RunConfig struct {
 	Network  string  // the mesh's network name
 	Epochs   float64 // run length in passes over the training set (0: no end)
 	Schedule string  // the learning-rate schedule the trainer is told to follow
+	// EMA and EMAPeers are the moving average the node reports as its
+	// model (train.Config's fields of the same names): the average of the
+	// pushed models at a decay of EMA per step, which also takes in every
+	// peer's model the node merges. EMA 0 keeps none: the node reports the
+	// pushed model.
+	EMA, EMAPeers float64
 }
 
 // External is an external trainer as a node.Trainer: the node's mirror of
@@ -157,6 +164,10 @@ type External struct {
 	lastPush time.Time
 	srv      *Server // the server that bound the trainer, for the status
 	peerID   string  // the node's, told to the trainer at registration
+
+	ema, emaPeers float64
+	avg           []float32 // the reported average (RunConfig.EMA); nil when off
+	avgN          int64     // updates of avg since it was last reset
 }
 
 // SetPeerID names the node the mirror belongs to, for the registration
@@ -181,6 +192,7 @@ var (
 
 	_ node.TrainerStatusReporter = (*External)(nil)
 	_ node.ChangeCounter         = (*External)(nil)
+	_ node.ParamAverager         = (*External)(nil)
 )
 
 // Changes counts the pushes taken: each replaces the model (and, when it
@@ -217,12 +229,19 @@ func NewExternal(spec Spec, rc RunConfig) (*External, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !(rc.EMA >= 0 && rc.EMA < 1) || !(rc.EMAPeers >= 0 && rc.EMAPeers <= 1) {
+		return nil, fmt.Errorf("trainerapi: ema %v must be in [0,1) and ema-peers %v in [0,1]", rc.EMA, rc.EMAPeers)
+	}
 	total := rc.Epochs * float64(spec.TrainSamples)
 	if sched, err = sched.Resolve(total); err != nil {
 		return nil, err
 	}
 	e := &External{spec: spec, layout: layout, optLen: opt.Size(), sched: sched, total: total, scheduleS: rc.Schedule,
-		wake: make(chan struct{}, 1), w: make([]float32, layout.Size()), base: make([]float32, layout.Size())}
+		wake: make(chan struct{}, 1), w: make([]float32, layout.Size()), base: make([]float32, layout.Size()),
+		ema: rc.EMA, emaPeers: rc.EMAPeers}
+	if rc.EMA > 0 {
+		e.avg = make([]float32, layout.Size())
+	}
 	e.fp = params.RunFingerprint(layout, "external:"+spec.Run, rc.Network, node.RunSpec(total, rc.Schedule))
 	return e, nil
 }
@@ -272,11 +291,17 @@ func (e *External) Step(ctx context.Context) (node.StepResult, error) {
 func (e *External) SnapshotInto(dst []float32) params.Snapshot {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if cap(dst) < len(e.w) {
-		dst = make([]float32, len(e.w))
+	return e.snapshotOf(e.w, dst)
+}
+
+// snapshotOf copies src (the model or its average) into dst's storage,
+// when large enough, with the model's step and progress. Holds mu.
+func (e *External) snapshotOf(src, dst []float32) params.Snapshot {
+	if cap(dst) < len(src) {
+		dst = make([]float32, len(src))
 	}
-	dst = dst[:len(e.w)]
-	copy(dst, e.w)
+	dst = dst[:len(src)]
+	copy(dst, src)
 	return params.Snapshot{Fingerprint: e.fp, Step: e.step, Progress: e.progress, Params: dst}
 }
 
@@ -310,6 +335,52 @@ func (e *External) Apply(fn func(w, opt []float32, p *params.Progress) error) er
 	return nil
 }
 
+// resetAverage restarts the average at the node's model. Holds mu.
+func (e *External) resetAverage() {
+	if e.avg != nil {
+		copy(e.avg, e.w)
+		e.avgN = 0
+	}
+}
+
+// ResetAverage restarts the reported average at the node's model (after a
+// catch-up replaced it).
+func (e *External) ResetAverage() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.resetAverage()
+}
+
+// AverageIn takes a peer's model the node just merged into the average,
+// at share of one update's weight (train.AverageInWeight).
+func (e *External) AverageIn(v []float32, share float64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.avg == nil || !e.ready {
+		return nil
+	}
+	if len(v) != len(e.avg) {
+		return fmt.Errorf("trainerapi: average in %d values, want %d", len(v), len(e.avg))
+	}
+	w := train.AverageInWeight(e.ema, e.emaPeers, e.avgN, share)
+	if !(w > 0) {
+		return nil
+	}
+	e.avgN++
+	return averaging.Mix(e.avg, v, w)
+}
+
+// AverageInto is SnapshotInto for the reported average; with none (EMA
+// 0) it is SnapshotInto.
+func (e *External) AverageInto(dst []float32) params.Snapshot {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.avg != nil {
+		return e.snapshotOf(e.avg, dst)
+	}
+	return e.snapshotOf(e.w, dst)
+}
+
 // ownState is the checkpoint's trainer state: the counters the node reads
 // back and the registration it belongs to.
 type ownState struct {
@@ -319,6 +390,8 @@ type ownState struct {
 	Samples   int64           `json:"samples"`
 	Spec      Spec            `json:"spec"`
 	Optimizer bool            `json:"optimizer"`
+	// AverageUpdates counts the average's updates since its last reset.
+	AverageUpdates int64 `json:"average_updates,omitempty"`
 }
 
 // State is the node's model and the optimizer state last pushed.
@@ -326,9 +399,9 @@ func (e *External) State() node.TrainerState {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	own, _ := json.Marshal(ownState{Step: e.step, Progress: e.progress, Epoch: e.epoch(), Samples: e.samples,
-		Spec: e.spec, Optimizer: e.opt != nil}) // plain fields: cannot fail
-	return node.TrainerState{Params: slices.Clone(e.w), Opt: slices.Clone(e.opt), Step: e.step, Progress: e.progress,
-		Samples: e.samples, Epoch: e.epoch(), Own: own}
+		Spec: e.spec, Optimizer: e.opt != nil, AverageUpdates: e.avgN}) // plain fields: cannot fail
+	return node.TrainerState{Params: slices.Clone(e.w), Opt: slices.Clone(e.opt), Average: slices.Clone(e.avg),
+		Step: e.step, Progress: e.progress, Samples: e.samples, Epoch: e.epoch(), Own: own}
 }
 
 // Restore takes a checkpoint of the same registration back.
@@ -344,13 +417,24 @@ func (e *External) Restore(s node.TrainerState) error {
 		return fmt.Errorf("trainerapi: checkpoint holds %d parameters and %d optimizer values, want %d and %d",
 			len(s.Params), len(s.Opt), len(e.w), e.optLen)
 	}
+	if len(s.Average) != 0 && len(s.Average) != len(e.w) {
+		return fmt.Errorf("trainerapi: checkpoint holds %d averaged values, want %d", len(s.Average), len(e.w))
+	}
 	if err := params.CheckFinite(s.Params); err != nil {
 		return err
+	}
+	if err := params.CheckFinite(s.Average); err != nil {
+		return fmt.Errorf("trainerapi: checkpoint's average: %w", err)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	copy(e.w, s.Params)
 	copy(e.base, s.Params)
+	e.resetAverage()
+	if e.avg != nil && len(s.Average) != 0 && own.AverageUpdates >= 0 {
+		copy(e.avg, s.Average)
+		e.avgN = own.AverageUpdates
+	}
 	e.opt = nil
 	if own.Optimizer && len(s.Opt) == e.optLen {
 		e.opt = slices.Clone(s.Opt)
@@ -489,6 +573,17 @@ func (e *External) push(snap, opt, delta []float32, in pushIn) (bool, RunInfo) {
 		}
 		copy(e.opt, opt)
 	}
+	switch {
+	case !e.ready:
+		e.resetAverage()
+	case e.avg != nil && in.steps > 0:
+		// The pushed model (with the merges since the last push) joins
+		// the average as the Go trainer's parameters do, at a decay of
+		// EMA for each step it took since.
+		d := train.AverageDecaySteps(e.ema, in.steps, e.avgN)
+		e.avgN++
+		_ = averaging.Mix(e.avg, e.w, 1-d) // same length, weight in [0, 1]
+	}
 	e.merged, e.ready = false, true
 	e.changes++
 	e.step += in.steps
@@ -529,6 +624,23 @@ func (e *External) pull(w, opt []float32) (step, samples int64, hasOpt bool, run
 		copy(opt, e.opt)
 	}
 	return e.step, e.samples, e.opt != nil, e.runInfo(), nil
+}
+
+// average copies the model the node reports (the moving average, or the
+// model when the node keeps none) into dst for a trainer to score; it
+// changes nothing.
+func (e *External) average(dst []float32) (step, samples, updates int64, averaged bool, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.ready {
+		return 0, 0, 0, false, errors.New("the node holds no model of this run yet: push yours first")
+	}
+	src := e.w
+	if e.avg != nil {
+		src = e.avg
+	}
+	copy(dst, src)
+	return e.step, e.samples, e.avgN, e.avg != nil, nil
 }
 
 // setScore records the trainer's own test score.

@@ -127,6 +127,14 @@ func (ss *session) handle(raw rawRequest, payload uint64) (map[string]any, [][]f
 			return reply, [][]float32{ss.out, ss.optOut}, nil
 		}
 		return reply, [][]float32{ss.out}, nil
+	case "average":
+		ss.out = grow(ss.out, len(e.w))
+		step, samples, updates, averaged, err := e.average(ss.out)
+		if err != nil {
+			return refuse(CodeBadRequest, "%v", err)
+		}
+		return map[string]any{"step": step, "samples": samples, "averaged": averaged, "updates": updates},
+			[][]float32{ss.out}, nil
 	case "eval":
 		var v evalReq
 		if err := decode(&v); err != nil || v.Accuracy == nil {

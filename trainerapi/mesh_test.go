@@ -46,7 +46,8 @@ func startExternal(t *testing.T, ctx context.Context, bootstrap []string, start 
 		if en.ext != nil {
 			return en.ext, nil
 		}
-		x, err := trainerapi.NewExternal(s, trainerapi.RunConfig{Network: cfg.Train.Network, Schedule: "const"})
+		x, err := trainerapi.NewExternal(s, trainerapi.RunConfig{Network: cfg.Train.Network, Schedule: "const",
+			EMA: cfg.Train.EMA, EMAPeers: cfg.Train.EMAPeers})
 		if err != nil {
 			return nil, err
 		}
@@ -121,6 +122,27 @@ func TestExternalTrainersMerge(t *testing.T) {
 	}
 	if deltas == 0 || a.n.Merges()+b.n.Merges() == 0 {
 		t.Fatalf("gap closed without merges? deltas %d merges %d %d", deltas, a.n.Merges(), b.n.Merges())
+	}
+	// Each node reports the average of its trainer's models and of the
+	// peer's it merged: after 100 more pushes (the zeros of the first ones
+	// weigh a few percent) it has moved from its start towards the other's.
+	for range 100 {
+		a.train(t)
+		b.train(t)
+		time.Sleep(time.Millisecond)
+	}
+	for _, x := range []struct {
+		en       *externalNode
+		from, to float32
+	}{{a, 0, 10}, {b, 10, 0}} {
+		avg := make([]float32, dim)
+		averaged, err := x.en.c.Average(avg)
+		if err != nil || !averaged {
+			t.Fatalf("average: averaged %v err %v", averaged, err)
+		}
+		if d := (avg[0] - x.from) / (x.to - x.from); !(d > 0.1 && d < 0.9) {
+			t.Fatalf("node starting at %v reports %v: want it moved towards %v", x.from, avg[0], x.to)
+		}
 	}
 	if st := a.n.Status(); st.Trust.Holdout || st.Trainer == nil || !st.Trainer.Connected {
 		t.Fatalf("status: trust.holdout %v, trainer %+v; want no holdout and a connected trainer", st.Trust.Holdout, st.Trainer)

@@ -28,6 +28,12 @@ func testSpec() Spec {
 // registration builds an External, later ones must repeat it.
 func testServer(t testing.TB) (*Server, func() *External) {
 	t.Helper()
+	return testServerWith(t, RunConfig{Network: "n", Epochs: 2, Schedule: "cosine:warmup=10%"})
+}
+
+// testServerWith is testServer with the node's side of the run rc.
+func testServerWith(t testing.TB, rc RunConfig) (*Server, func() *External) {
+	t.Helper()
 	var ext *External
 	attach := func(_ context.Context, s Spec) (*External, error) {
 		if ext != nil {
@@ -36,7 +42,7 @@ func testServer(t testing.TB) (*Server, func() *External) {
 			}
 			return ext, nil
 		}
-		x, err := NewExternal(s, RunConfig{Network: "n", Epochs: 2, Schedule: "cosine:warmup=10%"})
+		x, err := NewExternal(s, rc)
 		ext = x
 		return x, err
 	}

@@ -32,6 +32,7 @@ type trainerLine struct {
 	Accuracy float64 `json:"accuracy"`
 	Samples  int     `json:"samples"`
 	Merges   int     `json:"merges"`
+	Averaged bool    `json:"averaged"`
 	Stop     string  `json:"stop"`
 }
 
@@ -135,8 +136,8 @@ func TestE2EPyTorchReadme(t *testing.T) {
 		t.Fatalf("want a final line from each of 2 trainers, got %v\n%s", got, out)
 	}
 	for rank, r := range got {
-		if r.Merges < 1 || r.Accuracy < 0.95 || r.Stop != "run_complete" {
-			t.Errorf("trainer %d: %+v; want merges, accuracy >= 95%% and the run complete", rank, r)
+		if r.Merges < 1 || r.Accuracy < 0.95 || r.Stop != "run_complete" || !r.Averaged {
+			t.Errorf("trainer %d: %+v; want merges, accuracy >= 95%% of the node's average and the run complete", rank, r)
 		}
 	}
 	for _, log := range []string{"node0.log", "node1.log"} {

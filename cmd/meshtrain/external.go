@@ -65,7 +65,7 @@ func runExternal(ctx context.Context, e *env, f *runFlags, cfg node.Config, list
 			return ext, nil
 		}
 		x, err := trainerapi.NewExternal(spec, trainerapi.RunConfig{Network: cfg.Train.Network, Epochs: cfg.Epochs,
-			Schedule: cfg.Train.Schedule})
+			Schedule: cfg.Train.Schedule, EMA: cfg.Train.EMA, EMAPeers: cfg.Train.EMAPeers})
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,143 @@
+package trainerapi
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/meshtrain/meshtrain/params"
+)
+
+// TestReportedAverage: with an average on, the node reports (and serves to
+// the trainer's "average" op) the moving average of the pushed models, at
+// a decay per step the pushes carried, and of the peers' models it merges;
+// the trainer's own model, pulls and deltas are untouched by it, and a
+// checkpoint carries it.
+func TestReportedAverage(t *testing.T) {
+	rc := RunConfig{Network: "n", Schedule: "const", EMA: 0.5, EMAPeers: 1}
+	srv, ext := testServerWith(t, rc)
+	c := dial(t, srv)
+	if _, err := c.Register(testSpec()); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, 8)
+	if _, err := c.Average(got); code(err) != CodeBadRequest {
+		t.Fatalf("average before any model: %v, want %s", err, CodeBadRequest)
+	}
+	fill := func(x float32) []float32 { return vec(8, func(int) float32 { return x }) }
+	near := func(v []float32, want float64) bool {
+		return !slices.ContainsFunc(v, func(x float32) bool { return math.Abs(float64(x)-want) > 1e-5 })
+	}
+	check := func(what string, want float64) {
+		t.Helper()
+		averaged, err := c.Average(got)
+		if err != nil || !averaged || !near(got, want) {
+			t.Fatalf("%s: average %v (averaged %v, err %v), want all %v", what, got, averaged, err, want)
+		}
+	}
+	delta := make([]float32, 8)
+	if _, err := c.Push(fill(1), nil, 0, 0, 0, delta); err != nil {
+		t.Fatal(err)
+	}
+	check("first model", 1)
+	// Update 0 after a reset: decay min(0.5^1, 1/10) = 0.1.
+	if _, err := c.Push(fill(3), nil, 10, 1, 0, delta); err != nil {
+		t.Fatal(err)
+	}
+	check("one step", 0.1*1+0.9*3)
+	// Update 1, two steps: decay min(0.5^2, 2/11) = 2/11.
+	if _, err := c.Push(fill(5), nil, 20, 2, 0, delta); err != nil {
+		t.Fatal(err)
+	}
+	a := 2.0/11*2.8 + 9.0/11*5
+	check("two steps", a)
+	// A push of no steps moves nothing.
+	if _, err := c.Push(fill(7), nil, 0, 0, 0, delta); err != nil {
+		t.Fatal(err)
+	}
+	check("no steps", a)
+	// A merged peer's model at half a fresh merge's weight: update 2,
+	// weight (1 - min(0.5^4, 3/12)) * 0.5 * 1 = 0.46875.
+	peer := fill(-1)
+	if err := ext().Apply(func(w, _ []float32, _ *params.Progress) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := ext().AverageIn(peer, 0.5); err != nil {
+		t.Fatal(err)
+	}
+	a += 0.46875 * (-1 - a)
+	check("merged peer", a)
+	if err := ext().AverageIn(make([]float32, 3), 1); err == nil {
+		t.Fatal("a peer model of the wrong size joined the average")
+	}
+	// The trainer's model is the pushed one, not the average.
+	w, opt := make([]float32, 8), make([]float32, 8)
+	if _, err := c.Pull(w, opt); err != nil || !near(w, 7) {
+		t.Fatalf("pull %v err %v, want the pushed model (7)", w, err)
+	}
+	// The node reports the average; a checkpoint carries it.
+	if s := ext().AverageInto(nil); !near(s.Params, a) {
+		t.Fatalf("reported %v, want %v", s.Params, a)
+	}
+	st := ext().State()
+	fresh, err := NewExternal(testSpec(), rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	if s := fresh.AverageInto(nil); !near(s.Params, a) {
+		t.Fatalf("restored average %v, want %v", s.Params, a)
+	}
+	// A catch-up restarts it at the model.
+	fresh.ResetAverage()
+	if s := fresh.AverageInto(nil); !near(s.Params, 7) {
+		t.Fatalf("reset average %v, want the model (7)", s.Params)
+	}
+	// A checkpoint written without an average restarts it at the model.
+	st.Average = nil
+	if err := fresh.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	if s := fresh.AverageInto(nil); !near(s.Params, 7) {
+		t.Fatalf("average restored from a checkpoint without one %v, want the model (7)", s.Params)
+	}
+	st.Average = []float32{1}
+	if err := fresh.Restore(st); err == nil {
+		t.Fatal("a checkpoint with an average of the wrong size was restored")
+	}
+	st.Average = fill(float32(math.NaN()))
+	if err := fresh.Restore(st); err == nil {
+		t.Fatal("a checkpoint with a NaN average was restored")
+	}
+}
+
+// TestNoAverage: with EMA 0 the node reports the pushed model and says so.
+func TestNoAverage(t *testing.T) {
+	srv, ext := testServerWith(t, RunConfig{Network: "n", Schedule: "const"})
+	c := dial(t, srv)
+	if _, err := c.Register(testSpec()); err != nil {
+		t.Fatal(err)
+	}
+	w := vec(8, func(i int) float32 { return float32(i) })
+	if _, err := c.Push(w, nil, 10, 1, 0, make([]float32, 8)); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, 8)
+	if averaged, err := c.Average(got); err != nil || averaged || !slices.Equal(got, w) {
+		t.Fatalf("average %v (averaged %v, err %v), want the model %v", got, averaged, err, w)
+	}
+	if err := ext().AverageIn(w, 1); err != nil {
+		t.Fatal(err)
+	}
+	if s := ext().AverageInto(nil); !slices.Equal(s.Params, w) || ext().State().Average != nil {
+		t.Fatalf("reported %v with no average, want the model %v", s.Params, w)
+	}
+	for _, rc := range []RunConfig{{Schedule: "const", EMA: 1}, {Schedule: "const", EMA: -0.1},
+		{Schedule: "const", EMA: math.NaN()}, {Schedule: "const", EMA: 0.9, EMAPeers: 2}} {
+		if _, err := NewExternal(testSpec(), rc); err == nil {
+			t.Errorf("NewExternal accepted ema %v ema-peers %v", rc.EMA, rc.EMAPeers)
+		}
+	}
+}
