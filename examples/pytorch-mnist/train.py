@@ -8,12 +8,14 @@ The trainer trains on shard ``rank`` of ``world`` (an iid split of a seeded
 permutation of the 60k training images) and, unless --no-mesh, pushes its
 model to the node started with ``meshtrain node --trainer external`` and
 adds back what the node merged from its peers. Every --eval-every seconds
-it scores the model on a fixed subset of the 10k test images and prints a
-JSON line to stdout::
+it scores the model the node reports (the moving average of the models
+pushed and merged, ``Mesh.averaged``; without a node, its own model) on a
+fixed subset of the 10k test images and prints a JSON line to stdout::
 
     {"t": 12.3, "rank": 0, "accuracy": 0.9655, "loss": 0.1123, "samples": 19200, "merges": 57}
 
-and at the end one line with "final": true scored on the whole test set.
+and at the end one line with "final": true scored on the whole test set
+("averaged": whether that was the node's moving average).
 Diagnostics go to stderr. ddp.py and swarm.py import the pieces below.
 """
 
@@ -195,15 +197,25 @@ class Snapshots:
         if folder:
             os.makedirs(folder, exist_ok=True)
 
+    def due(self, t: float) -> bool:
+        """Whether a snapshot is due at ``t`` seconds into the run."""
+        return bool(self.folder) and t >= self.next
+
     def maybe(self, t: float, model: nn.Module, samples: int, merges: int) -> None:
         """Save a snapshot if one is due at ``t`` seconds into the run."""
-        if not self.folder or t < self.next:
+        if not self.due(t):
             return
         path = os.path.join(self.folder, f"rank{self.rank}-{self.count:05d}.pt")
         torch.save({"t": t, "rank": self.rank, "samples": samples, "merges": merges,
                     "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}, path)
         self.count += 1
         self.next = t + self.every
+
+
+def reported(mesh) -> contextlib.AbstractContextManager:
+    """The model the node reports loaded for a block (``Mesh.averaged``),
+    what it scores and saves; without a node, the model as it is."""
+    return contextlib.nullcontext() if mesh is None else mesh.averaged()
 
 
 def batches(rng: np.random.Generator, n: int, batch: int):
@@ -303,21 +315,28 @@ def main(argv: list[str] | None = None) -> int:
             if mesh is not None:
                 mesh.step(len(idx), loss)
             now = time.monotonic()
-            snaps.maybe(now - start, model, samples, mesh.merges if mesh else 0)
+            if snaps.due(now - start):
+                with reported(mesh):
+                    snaps.maybe(now - start, model, samples, mesh.merges if mesh else 0)
             if args.eval_every > 0 and now >= next_eval:
-                accuracy, test_loss = evaluate(model, test_x, test_y)
+                with reported(mesh):
+                    accuracy, test_loss = evaluate(model, test_x, test_y)
                 if mesh is not None:
                     mesh.report_eval(accuracy, test_loss)
                 emit(score(now - start, args.rank, accuracy, test_loss, samples, mesh.merges if mesh else 0))
                 next_eval = time.monotonic() + args.eval_every
             if (args.duration > 0 and now - start >= args.duration) or (mesh is not None and mesh.stopped):
                 break
-        accuracy, test_loss = evaluate(model, data["test_x"], data["test_y"])
+        if mesh is not None:
+            mesh.sync()  # the last steps join the node's average
+        with reported(mesh) as averaged:
+            accuracy, test_loss = evaluate(model, data["test_x"], data["test_y"])
         if mesh is not None:
             mesh.report_eval(accuracy, test_loss)
         record = score(time.monotonic() - start, args.rank, accuracy, test_loss, samples,
                        mesh.merges if mesh else 0)
-        emit({"final": True, **record, "stop": (mesh.run.get("stop") if mesh else "") or "duration"})
+        emit({"final": True, **record, "averaged": bool(averaged),
+              "stop": (mesh.run.get("stop") if mesh else "") or "duration"})
     return 0
 
 

@@ -331,6 +331,17 @@ class Client:
         self._reply_payload(plen, [model] if opt is None else [model, opt])
         return reply, model, opt
 
+    def average(self) -> tuple[dict[str, Any], np.ndarray]:
+        """Fetch the model the node reports: the moving average of the
+        models pushed and of the peers' models it merged (the node's
+        ``--ema``, ``--ema-peers``), or its model when it keeps no average.
+        Return the reply header (``step``, ``samples``, ``averaged``,
+        ``updates``) and the flat model. Nothing on the node changes."""
+        reply, plen = self._request({"op": "average"})
+        model = np.empty(self.model_size, WIRE_DTYPE)
+        self._reply_payload(plen, [model])
+        return reply, model
+
     def push(self, model: Any, optimizer: Any = None, *, samples: int, steps: int, loss: float | None = None,
              lr: float | None = None, out: np.ndarray | None = None) -> tuple[dict[str, Any], np.ndarray | None]:
         """Send the model as the trainer has it now (flat float32, the

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -240,6 +240,14 @@ class Mesh:
     def _pull(self) -> dict[str, Any]:
         """Load the node's model (and optimizer state, if it sends one)."""
         reply, model, opt = self.client.pull()
+        self._load(model)
+        if opt is not None:
+            self.optimizer_state.unflatten(opt)
+        self._set_run(reply.get("run"))
+        return reply
+
+    def _load(self, model: np.ndarray) -> None:
+        """Copy a flat model into the parameters."""
         flat = torch.from_numpy(model)
         offset = 0
         with torch.no_grad():
@@ -247,10 +255,6 @@ class Mesh:
                 n = p.numel()
                 p.copy_(flat[offset:offset + n].view_as(p))
                 offset += n
-        if opt is not None:
-            self.optimizer_state.unflatten(opt)
-        self._set_run(reply.get("run"))
-        return reply
 
     def _push(self, optimizer: bool) -> bool:
         """Push the model (and the optimizer state) with the counters since
@@ -303,8 +307,30 @@ class Mesh:
             return False
         return self.sync()
 
+    @contextlib.contextmanager
+    def averaged(self) -> Iterator[bool]:
+        """Load the model the node reports into the model's parameters for
+        the block, and put the trained ones back after it, also when it
+        raises. That model is the moving average of the models pushed and
+        of the peers' models the node merged (``--ema``, ``--ema-peers``),
+        as a node with the built-in trainer reports; it is what the node
+        serves at ``/v1/model`` and saves. Score it inside the block and
+        ``report_eval`` the result. Yields whether the node keeps an
+        average (False: its model, the last push plus merges). Do not
+        train inside the block."""
+        reply, flat = self.client.average()
+        saved = [p.detach().clone() for p in self.params]
+        try:
+            self._load(flat)
+            yield bool(reply.get("averaged"))
+        finally:
+            with torch.no_grad():
+                for p, s in zip(self.params, saved):
+                    p.copy_(s)
+
     def report_eval(self, accuracy: float, loss: float) -> None:
-        """Tell the node the trainer's test score of its current model."""
+        """Tell the node the trainer's test score of the model it reports
+        (scored inside ``averaged``) or of its own current model."""
         self.client.eval(accuracy, loss)
 
     def close(self) -> None:

@@ -72,6 +72,7 @@ class FakeNode:
         self.registration: dict[str, Any] | None = None
         self.model: np.ndarray | None = None
         self.optimizer: np.ndarray | None = None
+        self.average: np.ndarray | None = None
         self.step = self.samples = self.merges = 0
         self.pending: np.ndarray | None = None
         self.run = {"samples": 0, "total": total, "fraction": 0.0, "lr_factor": 1.0, "stop": ""}
@@ -238,7 +239,7 @@ class FakeNode:
             return self._err(code, message), extra
         if not session["hello"] and op != "hello":
             return (self._err("bad_request", f"the first request must be hello, not {op!r}"),)
-        if op in ("pull", "push", "eval") and not session["registered"]:
+        if op in ("pull", "push", "eval", "average") and not session["registered"]:
             return (self._err("not_registered", f"{op} before register"),)
         handler = getattr(self, f"_op_{op}", None) if isinstance(op, str) else None
         if handler is None:
@@ -291,6 +292,14 @@ class FakeNode:
         parts = [self.model] if self.optimizer is None else [self.model, self.optimizer]
         return ({"ok": True, "step": self.step, "samples": self.samples, "optimizer": self.optimizer is not None,
                  "run": dict(self.run)}, *parts)
+
+    def _op_average(self, session, h, payload):
+        """Send ``average`` when a test set one, else the node's model."""
+        if self.model is None:
+            return (self._err("bad_request", "the node has no model yet"),)
+        averaged = self.average is not None
+        return ({"ok": True, "step": self.step, "samples": self.samples, "averaged": averaged, "updates": 0},
+                self.average if averaged else self.model)
 
     def _op_push(self, session, h, payload):
         """Take the trainer's model; answer with the pending merges' delta."""

@@ -68,6 +68,31 @@ class MeshTest(unittest.TestCase):
         self.assertEqual(mesh.merges, 1)
         self.assertFalse(mesh.sync())  # the delta was sent once
 
+    def test_averaged_loads_the_nodes_average_for_the_block(self):
+        mesh = self.mesh()
+        train_step(self.model, self.optimizer, seed=1)
+        live = flat_params(self.model).numpy().copy()
+        average = np.random.default_rng(4).standard_normal(N_PARAMS).astype(np.float32)
+        self.node.average = average
+        with mesh.averaged() as averaged:
+            self.assertTrue(averaged)
+            np.testing.assert_array_equal(flat_params(self.model).numpy(), average)
+        np.testing.assert_array_equal(flat_params(self.model).numpy(), live)
+        with self.assertRaises(RuntimeError):
+            with mesh.averaged():
+                raise RuntimeError("the evaluation failed")
+        np.testing.assert_array_equal(flat_params(self.model).numpy(), live)
+        self.node.average = None  # a node with --ema 0 sends its model
+        with mesh.averaged() as averaged:
+            self.assertFalse(averaged)
+            np.testing.assert_array_equal(flat_params(self.model).numpy(), self.node.model)
+        np.testing.assert_array_equal(flat_params(self.model).numpy(), live)
+        self.node.fail_next("average", "bad_request", "no model")
+        with self.assertRaisesRegex(MeshtrainError, "no model"):
+            with mesh.averaged():
+                self.fail("the block ran without the node's model")
+        np.testing.assert_array_equal(flat_params(self.model).numpy(), live)
+
     def test_resume_loads_model_and_optimizer(self):
         twin = torch.optim.SGD(small_model().parameters(), lr=0.1, momentum=0.9)
         init_optimizer_state(twin)
