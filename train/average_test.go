@@ -209,3 +209,31 @@ func TestAverageInTakesInPeerModels(t *testing.T) {
 		}
 	}
 }
+
+// TestAverageOffAndFold: EMA 0 keeps no average and every method does
+// nothing; a fold of no steps moves nothing and counts no update.
+func TestAverageOffAndFold(t *testing.T) {
+	var off *Average
+	if a := NewAverage(3, 0, 1); a != nil {
+		t.Fatalf("NewAverage at ema 0 = %+v, want nil", a)
+	}
+	off.Reset([]float32{1, 2, 3})
+	off.Fold([]float32{1, 2, 3}, 4)
+	off.Restore([]float32{1, 2, 3}, 7)
+	if err := off.In([]float32{1}, 1); err != nil || off.Values() != nil || off.Updates() != 0 {
+		t.Fatalf("an average that is off: In %v, Values %v, Updates %d", err, off.Values(), off.Updates())
+	}
+	a := NewAverage(2, 0.5, 1)
+	a.Reset([]float32{1, 1})
+	a.Fold([]float32{5, 5}, 0)
+	if v := a.Values(); v[0] != 1 || a.Updates() != 0 {
+		t.Fatalf("a fold of no steps: %v after %d updates, want [1 1] after 0", v, a.Updates())
+	}
+	a.Fold([]float32{5, 5}, 1) // update 0: decay min(0.5, 1/10) = 0.1
+	if v := a.Values(); math.Abs(float64(v[0])-4.6) > 1e-6 || a.Updates() != 1 {
+		t.Fatalf("a fold of one step: %v after %d updates, want 4.6 after 1", v, a.Updates())
+	}
+	if err := a.In([]float32{1, 2, 3}, 1); err == nil {
+		t.Fatal("a model of the wrong size joined the average")
+	}
+}

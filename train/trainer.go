@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/meshtrain/meshtrain/averaging"
 	"github.com/meshtrain/meshtrain/params"
 )
 
@@ -62,8 +61,7 @@ type Trainer struct {
 	// too, so a holder of stepMu may read them without mu.
 	mu       sync.RWMutex
 	w, mom   []float32
-	avg      []float32 // the moving average of w (cfg.EMA); nil when off
-	avgN     int64     // updates of avg since it was last reset
+	avg      *Average // the moving average of w (cfg.EMA); nil when off
 	step     int64
 	progress params.Progress
 	epoch    int
@@ -172,9 +170,7 @@ func newTrainer(cfg Config, data *Dataset, clk clock) (*Trainer, error) {
 		w: make([]float32, n), mom: make([]float32, n),
 	}
 	t.rng = rand.New(&t.pcg)
-	if cfg.EMA > 0 {
-		t.avg = make([]float32, n)
-	}
+	t.avg = NewAverage(n, cfg.EMA, cfg.EMAPeers)
 	if err := model.Init(t.w, cfg.Seed); err != nil {
 		return nil, err
 	}
@@ -280,8 +276,10 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	st := StepStats{Epoch: t.epoch, Batch: b, Loss: loss, LR: lr}
 
 	t.mu.Lock()
-	if t.avg != nil && t.step%AverageEvery == 0 {
-		t.updateAverage()
+	if t.step%AverageEvery == 0 {
+		// The parameters as they stand before the step (after any
+		// merge between steps).
+		t.avg.Fold(t.w, AverageEvery)
 	}
 	t.opt.Update(t.w, t.mom, t.grad, lr)
 	t.step++
@@ -434,14 +432,6 @@ func AverageDecaySteps(ema float64, steps, n int64) float64 {
 	return min(math.Pow(ema, float64(steps)), (1+x)/(10+x))
 }
 
-// updateAverage mixes the parameters into the average, as they stand
-// before a step (after any merge between steps). Holds mu for writing.
-func (t *Trainer) updateAverage() {
-	d := AverageDecay(t.cfg.EMA, t.avgN)
-	t.avgN++
-	_ = averaging.Mix(t.avg, t.w, 1-d) // same length, weight in [0, 1]
-}
-
 // DefaultEMAPeers is Config.EMAPeers's default: every merged model counts
 // as one update. On label-skewed shards it brought every node of a swarm
 // to the target 1.9x sooner than an average of its own parameters alone,
@@ -450,28 +440,11 @@ func (t *Trainer) updateAverage() {
 const DefaultEMAPeers = 1.0
 
 // AverageIn takes v, a peer's model the parameters have just merged,
-// into the moving average as one of its updates, at share (in [0, 1],
-// the merge's weight over its base weight: less for a stale model) times
-// Config.EMAPeers of an update's weight. The average then spans the
-// models the swarm holds rather than only this trainer's own path
-// between merges. Without an average, or at a share of 0, it does
-// nothing. v must be finite (the merge checked it) and as long as the
-// parameters.
+// into the moving average (Average.In, at Config.EMAPeers).
 func (t *Trainer) AverageIn(v []float32, share float64) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.avg == nil {
-		return nil
-	}
-	if len(v) != len(t.avg) {
-		return fmt.Errorf("train: average in %d values, want %d", len(v), len(t.avg))
-	}
-	w := AverageInWeight(t.cfg.EMA, t.cfg.EMAPeers, t.avgN, share)
-	if !(w > 0) {
-		return nil
-	}
-	t.avgN++
-	return averaging.Mix(t.avg, v, w)
+	return t.avg.In(v, share)
 }
 
 // AverageInWeight is the weight with which the n-th update of the average
@@ -488,10 +461,7 @@ func AverageInWeight(ema, peers float64, n int64, share float64) float64 {
 // resetAverage restarts the average at the parameters. Holds mu for
 // writing (or owns the trainer).
 func (t *Trainer) resetAverage() {
-	if t.avg != nil {
-		copy(t.avg, t.w)
-		t.avgN = 0
-	}
+	t.avg.Reset(t.w)
 }
 
 // ResetAverage restarts the moving average at the live parameters: a node
@@ -509,8 +479,8 @@ func (t *Trainer) ResetAverage() {
 func (t *Trainer) AverageInto(dst []float32) params.Snapshot {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if t.avg != nil {
-		return t.snapshotOf(t.avg, dst)
+	if v := t.avg.Values(); v != nil {
+		return t.snapshotOf(v, dst)
 	}
 	return t.snapshotOf(t.w, dst)
 }
@@ -609,7 +579,7 @@ func (t *Trainer) State() State {
 		Params: slices.Clone(t.w), Momentum: slices.Clone(t.mom),
 		Step: t.step, Progress: t.progress, Epoch: t.epoch, Pos: t.pos,
 		Samples: t.samples, Merges: t.merges, Busy: t.busy,
-		Average: slices.Clone(t.avg), AverageUpdates: t.avgN,
+		Average: slices.Clone(t.avg.Values()), AverageUpdates: t.avg.Updates(),
 	}
 }
 
@@ -645,9 +615,8 @@ func (t *Trainer) Restore(s State) error {
 	t.step, t.progress, t.epoch, t.pos = s.Step, s.Progress, s.Epoch, s.Pos
 	t.samples, t.merges, t.busy = s.Samples, s.Merges, s.Busy
 	t.resetAverage()
-	if t.avg != nil && s.Average != nil {
-		copy(t.avg, s.Average)
-		t.avgN = s.AverageUpdates
+	if s.Average != nil {
+		t.avg.Restore(s.Average, s.AverageUpdates)
 	}
 	return nil
 }

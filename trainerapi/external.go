@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meshtrain/meshtrain/averaging"
 	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/train"
@@ -165,9 +164,7 @@ type External struct {
 	srv      *Server // the server that bound the trainer, for the status
 	peerID   string  // the node's, told to the trainer at registration
 
-	ema, emaPeers float64
-	avg           []float32 // the reported average (RunConfig.EMA); nil when off
-	avgN          int64     // updates of avg since it was last reset
+	avg *train.Average // the reported average (RunConfig.EMA); nil when off
 }
 
 // SetPeerID names the node the mirror belongs to, for the registration
@@ -238,10 +235,7 @@ func NewExternal(spec Spec, rc RunConfig) (*External, error) {
 	}
 	e := &External{spec: spec, layout: layout, optLen: opt.Size(), sched: sched, total: total, scheduleS: rc.Schedule,
 		wake: make(chan struct{}, 1), w: make([]float32, layout.Size()), base: make([]float32, layout.Size()),
-		ema: rc.EMA, emaPeers: rc.EMAPeers}
-	if rc.EMA > 0 {
-		e.avg = make([]float32, layout.Size())
-	}
+		avg: train.NewAverage(layout.Size(), rc.EMA, rc.EMAPeers)}
 	e.fp = params.RunFingerprint(layout, "external:"+spec.Run, rc.Network, node.RunSpec(total, rc.Schedule))
 	return e, nil
 }
@@ -335,39 +329,23 @@ func (e *External) Apply(fn func(w, opt []float32, p *params.Progress) error) er
 	return nil
 }
 
-// resetAverage restarts the average at the node's model. Holds mu.
-func (e *External) resetAverage() {
-	if e.avg != nil {
-		copy(e.avg, e.w)
-		e.avgN = 0
-	}
-}
-
 // ResetAverage restarts the reported average at the node's model (after a
 // catch-up replaced it).
 func (e *External) ResetAverage() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.resetAverage()
+	e.avg.Reset(e.w)
 }
 
-// AverageIn takes a peer's model the node just merged into the average,
-// at share of one update's weight (train.AverageInWeight).
+// AverageIn takes a peer's model the node just merged into the average
+// (train.Average.In).
 func (e *External) AverageIn(v []float32, share float64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.avg == nil || !e.ready {
+	if !e.ready {
 		return nil
 	}
-	if len(v) != len(e.avg) {
-		return fmt.Errorf("trainerapi: average in %d values, want %d", len(v), len(e.avg))
-	}
-	w := train.AverageInWeight(e.ema, e.emaPeers, e.avgN, share)
-	if !(w > 0) {
-		return nil
-	}
-	e.avgN++
-	return averaging.Mix(e.avg, v, w)
+	return e.avg.In(v, share)
 }
 
 // AverageInto is SnapshotInto for the reported average; with none (EMA
@@ -375,10 +353,16 @@ func (e *External) AverageIn(v []float32, share float64) error {
 func (e *External) AverageInto(dst []float32) params.Snapshot {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.avg != nil {
-		return e.snapshotOf(e.avg, dst)
+	return e.snapshotOf(e.reported(), dst)
+}
+
+// reported is the model the node reports: the average, or the model when
+// it keeps none. Holds mu.
+func (e *External) reported() []float32 {
+	if v := e.avg.Values(); v != nil {
+		return v
 	}
-	return e.snapshotOf(e.w, dst)
+	return e.w
 }
 
 // ownState is the checkpoint's trainer state: the counters the node reads
@@ -399,8 +383,8 @@ func (e *External) State() node.TrainerState {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	own, _ := json.Marshal(ownState{Step: e.step, Progress: e.progress, Epoch: e.epoch(), Samples: e.samples,
-		Spec: e.spec, Optimizer: e.opt != nil, AverageUpdates: e.avgN}) // plain fields: cannot fail
-	return node.TrainerState{Params: slices.Clone(e.w), Opt: slices.Clone(e.opt), Average: slices.Clone(e.avg),
+		Spec: e.spec, Optimizer: e.opt != nil, AverageUpdates: e.avg.Updates()}) // plain fields: cannot fail
+	return node.TrainerState{Params: slices.Clone(e.w), Opt: slices.Clone(e.opt), Average: slices.Clone(e.avg.Values()),
 		Step: e.step, Progress: e.progress, Samples: e.samples, Epoch: e.epoch(), Own: own}
 }
 
@@ -430,10 +414,9 @@ func (e *External) Restore(s node.TrainerState) error {
 	defer e.mu.Unlock()
 	copy(e.w, s.Params)
 	copy(e.base, s.Params)
-	e.resetAverage()
-	if e.avg != nil && len(s.Average) != 0 && own.AverageUpdates >= 0 {
-		copy(e.avg, s.Average)
-		e.avgN = own.AverageUpdates
+	e.avg.Reset(e.w)
+	if len(s.Average) != 0 && own.AverageUpdates >= 0 {
+		e.avg.Restore(s.Average, own.AverageUpdates)
 	}
 	e.opt = nil
 	if own.Optimizer && len(s.Opt) == e.optLen {
@@ -573,16 +556,13 @@ func (e *External) push(snap, opt, delta []float32, in pushIn) (bool, RunInfo) {
 		}
 		copy(e.opt, opt)
 	}
-	switch {
-	case !e.ready:
-		e.resetAverage()
-	case e.avg != nil && in.steps > 0:
+	if !e.ready {
+		e.avg.Reset(e.w)
+	} else {
 		// The pushed model (with the merges since the last push) joins
 		// the average as the Go trainer's parameters do, at a decay of
 		// EMA for each step it took since.
-		d := train.AverageDecaySteps(e.ema, in.steps, e.avgN)
-		e.avgN++
-		_ = averaging.Mix(e.avg, e.w, 1-d) // same length, weight in [0, 1]
+		e.avg.Fold(e.w, in.steps)
 	}
 	e.merged, e.ready = false, true
 	e.changes++
@@ -635,12 +615,8 @@ func (e *External) average(dst []float32) (step, samples, updates int64, average
 	if !e.ready {
 		return 0, 0, 0, false, errors.New("the node holds no model of this run yet: push yours first")
 	}
-	src := e.w
-	if e.avg != nil {
-		src = e.avg
-	}
-	copy(dst, src)
-	return e.step, e.samples, e.avgN, e.avg != nil, nil
+	copy(dst, e.reported())
+	return e.step, e.samples, e.avg.Updates(), e.avg != nil, nil
 }
 
 // setScore records the trainer's own test score.
