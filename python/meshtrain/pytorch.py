@@ -160,7 +160,8 @@ class Mesh:
     every ``optimizer_every`` seconds and on ``close``. ``follow_schedule``
     sets each parameter group's learning rate to its initial one times the
     swarm's ``lr_factor`` whenever the node sends the run (register, pull
-    and every push). ``clock`` is the time source in seconds (tests inject
+    and every push). ``averaged()`` loads the model the node reports (its
+    moving average) into the model for a block, to score it. ``clock`` is the time source in seconds (tests inject
     one); ``timeout`` bounds every socket operation.
 
     Attributes: ``resumed``; ``samples`` and ``step_count``, the node's
