@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,31 +29,29 @@ type externalNode struct {
 
 func startExternal(t *testing.T, ctx context.Context, bootstrap []string, start float32) *externalNode {
 	t.Helper()
-	cfg := node.DefaultConfig()
-	cfg.Host.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
-	cfg.Host.Network = "ext-test"
-	cfg.Train.Network = "ext-test"
-	cfg.Exchange, cfg.Announce = gossip.DefaultConfig(), gossip.DefaultAnnounceConfig()
-	cfg.Announce.Interval = 200 * time.Millisecond
-	cfg.Epochs, cfg.Train.Schedule, cfg.CatchUp, cfg.CheckpointEvery = 0, "const", 0, 0
+	return startExternalOn(t, ctx, store.NewMemory(), bootstrap, start)
+}
+
+// startExternalOn is startExternal with the node's checkpoints in st.
+func startExternalOn(t *testing.T, ctx context.Context, st store.Store, bootstrap []string, start float32) *externalNode {
+	t.Helper()
+	cfg := externalConfig()
 	var err error
 	if cfg.Host.Bootstrap, err = node.ParseBootstrap(bootstrap); err != nil {
 		t.Fatal(err)
 	}
-	spec := trainerapi.Spec{Run: "mesh-test", TrainSamples: 1000, Batch: 16,
-		Tensors: []trainerapi.TensorSpec{{Name: "w", Dtype: "F32", Shape: []int{dim}}}}
+	spec := externalSpec()
 	en := &externalNode{w: make([]float32, dim), d: make([]float32, dim), done: make(chan struct{})}
 	attach := func(actx context.Context, s trainerapi.Spec) (*trainerapi.External, error) {
 		if en.ext != nil {
 			return en.ext, nil
 		}
-		x, err := trainerapi.NewExternal(s, trainerapi.RunConfig{Network: cfg.Train.Network, Schedule: "const",
-			EMA: cfg.Train.EMA, EMAPeers: cfg.Train.EMAPeers})
+		x, err := trainerapi.NewExternal(s, externalRun(cfg))
 		if err != nil {
 			return nil, err
 		}
 		cfg.Train.Batch = s.Batch
-		n, err := node.NewWith(ctx, cfg, x, store.NewMemory(), nil, nil)
+		n, err := node.NewWith(ctx, cfg, x, st, nil, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -81,6 +80,71 @@ func startExternal(t *testing.T, ctx context.Context, bootstrap []string, start 
 		en.result, _ = en.n.Run(ctx, nil)
 	}()
 	return en
+}
+
+// externalConfig is the test nodes' configuration: loopback, no run end,
+// no catch-up, checkpoints only at the end.
+func externalConfig() node.Config {
+	cfg := node.DefaultConfig()
+	cfg.Host.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+	cfg.Host.Network = "ext-test"
+	cfg.Train.Network = "ext-test"
+	cfg.Exchange, cfg.Announce = gossip.DefaultConfig(), gossip.DefaultAnnounceConfig()
+	cfg.Announce.Interval = 200 * time.Millisecond
+	cfg.Epochs, cfg.Train.Schedule, cfg.CatchUp, cfg.CheckpointEvery = 0, "const", 0, 0
+	return cfg
+}
+
+// externalSpec is the test trainers' registration.
+func externalSpec() trainerapi.Spec {
+	return trainerapi.Spec{Run: "mesh-test", TrainSamples: 1000, Batch: 16,
+		Tensors: []trainerapi.TensorSpec{{Name: "w", Dtype: "F32", Shape: []int{dim}}}}
+}
+
+// externalRun is the node's side of the run, as the node command builds it.
+func externalRun(cfg node.Config) trainerapi.RunConfig {
+	return trainerapi.RunConfig{Network: cfg.Train.Network, Schedule: cfg.Train.Schedule,
+		EMA: cfg.Train.EMA, EMAPeers: cfg.Train.EMAPeers}
+}
+
+// TestExternalAverageSurvivesARestart: the final checkpoint of a node
+// around an external trainer holds the average it reports, and the node
+// started again on the same store reports it, not the trainer's model.
+func TestExternalAverageSurvivesARestart(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := store.NewMemory()
+	a := startExternalOn(t, ctx, st, nil, 0)
+	for i := range 40 {
+		for j := range a.w {
+			a.w[j] = float32(i)
+		}
+		a.train(t)
+	}
+	want := a.ext.AverageInto(nil).Params
+	if want[0] == a.w[0] || want[0] <= 0 {
+		t.Fatalf("the average %v should lag the pushed model %v", want[0], a.w[0])
+	}
+	cancel()
+	<-a.done
+	cfg := externalConfig()
+	cfg.Train.Batch = externalSpec().Batch
+	x, err := trainerapi.NewExternal(externalSpec(), externalRun(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.NewWith(context.Background(), cfg, x, st, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	got := x.AverageInto(nil).Params
+	if !slices.Equal(got, want) {
+		t.Fatalf("restarted node reports %v, want the average it reported before, %v", got[:3], want[:3])
+	}
+	if live := x.SnapshotInto(nil).Params; live[0] != 39 {
+		t.Fatalf("restarted node holds the model %v, want the last pushed (39)", live[0])
+	}
 }
 
 // train pushes the trainer's model (no learning of its own: one step of
