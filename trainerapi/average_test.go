@@ -1,6 +1,7 @@
 package trainerapi
 
 import (
+	"encoding/json"
 	"math"
 	"slices"
 	"testing"
@@ -56,8 +57,15 @@ func TestReportedAverage(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("no steps", a)
-	// A merged peer's model at half a fresh merge's weight: update 2,
-	// weight (1 - min(0.5^4, 3/12)) * 0.5 * 1 = 0.46875.
+	// A push that counts samples but no steps moves it by its batches:
+	// 10 samples at batch 10, update 2, decay min(0.5^1, 3/12) = 0.25.
+	if _, err := c.Push(fill(9), nil, 10, 0, 0, delta); err != nil {
+		t.Fatal(err)
+	}
+	a = 0.25*a + 0.75*9
+	check("samples without steps", a)
+	// A merged peer's model at half a fresh merge's weight: update 3,
+	// weight (1 - min(0.5^4, 4/13)) * 0.5 * 1 = 0.46875.
 	peer := fill(-1)
 	if err := ext().Apply(func(w, _ []float32, _ *params.Progress) error { return nil }); err != nil {
 		t.Fatal(err)
@@ -72,8 +80,8 @@ func TestReportedAverage(t *testing.T) {
 	}
 	// The trainer's model is the pushed one, not the average.
 	w, opt := make([]float32, 8), make([]float32, 8)
-	if _, err := c.Pull(w, opt); err != nil || !near(w, 7) {
-		t.Fatalf("pull %v err %v, want the pushed model (7)", w, err)
+	if _, err := c.Pull(w, opt); err != nil || !near(w, 9) {
+		t.Fatalf("pull %v err %v, want the pushed model (9)", w, err)
 	}
 	// The node reports the average; a checkpoint carries it.
 	if s := ext().AverageInto(nil); !near(s.Params, a) {
@@ -92,16 +100,16 @@ func TestReportedAverage(t *testing.T) {
 	}
 	// A catch-up restarts it at the model.
 	fresh.ResetAverage()
-	if s := fresh.AverageInto(nil); !near(s.Params, 7) {
-		t.Fatalf("reset average %v, want the model (7)", s.Params)
+	if s := fresh.AverageInto(nil); !near(s.Params, 9) {
+		t.Fatalf("reset average %v, want the model (9)", s.Params)
 	}
 	// A checkpoint written without an average restarts it at the model.
 	st.Average = nil
 	if err := fresh.Restore(st); err != nil {
 		t.Fatal(err)
 	}
-	if s := fresh.AverageInto(nil); !near(s.Params, 7) {
-		t.Fatalf("average restored from a checkpoint without one %v, want the model (7)", s.Params)
+	if s := fresh.AverageInto(nil); !near(s.Params, 9) {
+		t.Fatalf("average restored from a checkpoint without one %v, want the model (9)", s.Params)
 	}
 	st.Average = []float32{1}
 	if err := fresh.Restore(st); err == nil {
@@ -110,6 +118,16 @@ func TestReportedAverage(t *testing.T) {
 	st.Average = fill(float32(math.NaN()))
 	if err := fresh.Restore(st); err == nil {
 		t.Fatal("a checkpoint with a NaN average was restored")
+	}
+	var own ownState
+	if err := json.Unmarshal(st.Own, &own); err != nil {
+		t.Fatal(err)
+	}
+	own.AverageUpdates = -1
+	st.Own, _ = json.Marshal(own)
+	st.Average = fill(1)
+	if err := fresh.Restore(st); err == nil {
+		t.Fatal("a checkpoint whose average has -1 updates was restored")
 	}
 }
 

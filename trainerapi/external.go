@@ -410,12 +410,15 @@ func (e *External) Restore(s node.TrainerState) error {
 	if err := params.CheckFinite(s.Average); err != nil {
 		return fmt.Errorf("trainerapi: checkpoint's average: %w", err)
 	}
+	if own.AverageUpdates < 0 {
+		return fmt.Errorf("trainerapi: checkpoint's average has %d updates", own.AverageUpdates)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	copy(e.w, s.Params)
 	copy(e.base, s.Params)
 	e.avg.Reset(e.w)
-	if len(s.Average) != 0 && own.AverageUpdates >= 0 {
+	if len(s.Average) != 0 {
 		e.avg.Restore(s.Average, own.AverageUpdates)
 	}
 	e.opt = nil
@@ -561,8 +564,13 @@ func (e *External) push(snap, opt, delta []float32, in pushIn) (bool, RunInfo) {
 	} else {
 		// The pushed model (with the merges since the last push) joins
 		// the average as the Go trainer's parameters do, at a decay of
-		// EMA for each step it took since.
-		e.avg.Fold(e.w, in.steps)
+		// EMA for each step it took since: its batches, if it counts
+		// only samples.
+		steps := in.steps
+		if steps == 0 && in.samples > 0 {
+			steps = (in.samples + int64(e.spec.Batch) - 1) / int64(e.spec.Batch)
+		}
+		e.avg.Fold(e.w, steps)
 	}
 	e.merged, e.ready = false, true
 	e.changes++

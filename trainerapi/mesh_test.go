@@ -98,7 +98,8 @@ func externalConfig() node.Config {
 // externalSpec is the test trainers' registration.
 func externalSpec() trainerapi.Spec {
 	return trainerapi.Spec{Run: "mesh-test", TrainSamples: 1000, Batch: 16,
-		Tensors: []trainerapi.TensorSpec{{Name: "w", Dtype: "F32", Shape: []int{dim}}}}
+		Tensors:   []trainerapi.TensorSpec{{Name: "w", Dtype: "F32", Shape: []int{dim}}},
+		Optimizer: []trainerapi.TensorSpec{{Name: "m", Dtype: "F32", Shape: []int{dim}}}}
 }
 
 // externalRun is the node's side of the run, as the node command builds it.
@@ -108,8 +109,9 @@ func externalRun(cfg node.Config) trainerapi.RunConfig {
 }
 
 // TestExternalAverageSurvivesARestart: the final checkpoint of a node
-// around an external trainer holds the average it reports, and the node
-// started again on the same store reports it, not the trainer's model.
+// around an external trainer holds the average it reports after the
+// trainer's optimizer state, and the node started again on the same store
+// reports it, not the trainer's model, and gives the optimizer state back.
 func TestExternalAverageSurvivesARestart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -120,6 +122,13 @@ func TestExternalAverageSurvivesARestart(t *testing.T) {
 			a.w[j] = float32(i)
 		}
 		a.train(t)
+	}
+	opt := make([]float32, dim)
+	for j := range opt {
+		opt[j] = -float32(j)
+	}
+	if _, err := a.c.Push(a.w, opt, 16, 1, 1, a.d); err != nil {
+		t.Fatal(err)
 	}
 	want := a.ext.AverageInto(nil).Params
 	if want[0] == a.w[0] || want[0] <= 0 {
@@ -144,6 +153,9 @@ func TestExternalAverageSurvivesARestart(t *testing.T) {
 	}
 	if live := x.SnapshotInto(nil).Params; live[0] != 39 {
 		t.Fatalf("restarted node holds the model %v, want the last pushed (39)", live[0])
+	}
+	if got := x.State().Opt; !slices.Equal(got, opt) {
+		t.Fatalf("restarted node's optimizer state %v, want %v", got[:3], opt[:3])
 	}
 }
 

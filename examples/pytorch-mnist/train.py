@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             if (args.duration > 0 and now - start >= args.duration) or (mesh is not None and mesh.stopped):
                 break
         if mesh is not None:
-            mesh.sync()  # the last steps join the node's average
+            mesh.sync()  # the last steps join the node's average (unless the run has stopped)
         with reported(mesh) as averaged:
             accuracy, test_loss = evaluate(model, data["test_x"], data["test_y"])
         if mesh is not None:

@@ -201,6 +201,7 @@ class Mesh:
         self._pending_samples = self._pending_steps = 0
         self._losses: list[float] = []
         self.merges = 0
+        self._in_average = False
         self.run: dict[str, Any] = {}
         self.lr_factor = 1.0
 
@@ -260,6 +261,9 @@ class Mesh:
     def _push(self, optimizer: bool) -> bool:
         """Push the model (and the optimizer state) with the counters since
         the last push; add the delta if the node sends one."""
+        if self._in_average:
+            raise RuntimeError("push inside Mesh.averaged(): the parameters hold the node's average there, "
+                               "not the trained model")
         model = torch.cat([p.detach().reshape(-1).cpu() for p in self.params]).numpy()
         opt = self.optimizer_state.flatten(self._opt_buf) if optimizer else None
         loss = sum(self._losses) / len(self._losses) if self._losses else None
@@ -317,14 +321,19 @@ class Mesh:
         as a node with the built-in trainer reports; it is what the node
         serves at ``/v1/model`` and saves. Score it inside the block and
         ``report_eval`` the result. Yields whether the node keeps an
-        average (False: its model, the last push plus merges). Do not
-        train inside the block."""
+        average (False: its model, the last push plus merges). Only the
+        registered parameters are replaced (buffers such as BatchNorm's
+        running statistics stay the trained model's). ``step`` and
+        ``sync`` inside the block raise RuntimeError: the model there is
+        not the one being trained."""
         reply, flat = self.client.average()
         saved = [p.detach().clone() for p in self.params]
+        self._in_average = True
         try:
             self._load(flat)
             yield bool(reply.get("averaged"))
         finally:
+            self._in_average = False
             with torch.no_grad():
                 for p, s in zip(self.params, saved):
                     p.copy_(s)

@@ -87,6 +87,15 @@ class MeshTest(unittest.TestCase):
             self.assertFalse(averaged)
             np.testing.assert_array_equal(flat_params(self.model).numpy(), self.node.model)
         np.testing.assert_array_equal(flat_params(self.model).numpy(), live)
+        pushes = self.pushes()
+        with mesh.averaged():
+            with self.assertRaises(RuntimeError):
+                mesh.sync()
+            mesh.push_every = 0
+            with self.assertRaises(RuntimeError):
+                mesh.step(8)
+        self.assertEqual(self.pushes(), pushes)  # nothing pushed from inside the block
+        np.testing.assert_array_equal(flat_params(self.model).numpy(), live)
         self.node.fail_next("average", "bad_request", "no model")
         with self.assertRaisesRegex(MeshtrainError, "no model"):
             with mesh.averaged():
