@@ -14,11 +14,17 @@ the eval subset reached --target (null if never).
 Emulated slowness is train.py's (``Pacer``): each rank times a few solo
 steps at the start, then makes every step last F x that time; a rank held
 up longer by waiting for the others does not sleep.
+
+Rank 0 scores and snapshots the moving average of the weights (``--ema``,
+0.98 per step, taken in every 4th step, faster while it is young: the rule
+a meshtrain node uses for the model it reports), so both sides of a
+comparison score the same kind of model; ``--ema 0`` scores the weights.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import multiprocessing as mp
 import multiprocessing.connection
@@ -33,6 +39,34 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import train as common
+
+
+AVERAGE_EVERY = 4  # steps between updates of the average, as a node's
+
+
+class Average:
+    """The moving average of a model's weights at ``ema`` per step, updated
+    every AVERAGE_EVERY steps at ema**AVERAGE_EVERY, but at most (1+n)/(10+n)
+    for the n-th update, as a meshtrain node's (train.Average). ``model``
+    is the averaged copy, to score and save."""
+
+    def __init__(self, net: torch.nn.Module, ema: float):
+        self.ema, self.n, self.steps = ema, 0, 0
+        self.net = net
+        self.model = copy.deepcopy(net)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Count a step; take the weights in every AVERAGE_EVERY steps."""
+        self.steps += 1
+        if self.steps % AVERAGE_EVERY:
+            return
+        d = min(self.ema ** AVERAGE_EVERY, (1 + self.n) / (10 + self.n))
+        self.n += 1
+        for a, p in zip(self.model.parameters(), self.net.parameters()):
+            a.mul_(d).add_(p, alpha=1 - d)
+        for a, b in zip(self.model.buffers(), self.net.buffers()):
+            a.copy_(b)
 
 
 def worker(rank: int, args: argparse.Namespace, init_file: str) -> None:
@@ -53,6 +87,8 @@ def worker(rank: int, args: argparse.Namespace, init_file: str) -> None:
     stop = torch.zeros(1)
     samples, reached = 0, None
     snaps = common.Snapshots(args.snapshot_dir if rank == 0 else None, args.snapshot_every, rank)
+    average = Average(net, args.ema) if rank == 0 and args.ema > 0 else None
+    scored = average.model if average else net  # what rank 0 scores and saves
     dist.barrier()
     start = time.monotonic()
     next_eval = start + args.eval_every
@@ -61,11 +97,13 @@ def worker(rank: int, args: argparse.Namespace, init_file: str) -> None:
         common.train_step(model, optimizer, x[idx], y[idx])
         pacer.wait(t0)
         samples += len(idx)
+        if average:
+            average.step()
         now = time.monotonic()
-        snaps.maybe(now - start, net, samples, 0)
+        snaps.maybe(now - start, scored, samples, 0)
         if rank == 0:
             if args.eval_every > 0 and now >= next_eval:
-                accuracy, loss = common.evaluate(net, test_x, test_y)
+                accuracy, loss = common.evaluate(scored, test_x, test_y)
                 common.emit(common.score(now - start, rank, accuracy, loss, samples, 0))
                 if reached is None and accuracy >= args.target:
                     reached = round(now - start, 3)
@@ -75,10 +113,10 @@ def worker(rank: int, args: argparse.Namespace, init_file: str) -> None:
         if stop.item():
             break
     if rank == 0:
-        accuracy, loss = common.evaluate(net, data["test_x"], data["test_y"])
+        accuracy, loss = common.evaluate(scored, data["test_x"], data["test_y"])
         record = common.score(time.monotonic() - start, rank, accuracy, loss, samples, 0)
-        common.emit({"final": True, **record, "stop": "duration", "target": args.target,
-                     "time_to_target": reached})
+        common.emit({"final": True, **record, "averaged": average is not None, "stop": "duration",
+                     "target": args.target, "time_to_target": reached})
     dist.destroy_process_group()
 
 
@@ -94,6 +132,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=64, help="samples per step and rank (default 64)")
     p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
+    p.add_argument("--ema", type=float, default=0.98,
+                   help="decay per step of the moving average rank 0 scores and saves (default 0.98, "
+                        "a meshtrain node's; 0: the weights)")
     p.add_argument("--seed", type=int, default=1, help="seed of the weights and shards (default 1)")
     p.add_argument("--eval-samples", type=int, default=2000, help="test images scored by each evaluation")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
@@ -110,6 +151,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--slowdowns needs {args.world} values >= 1 (or one)")
     if args.duration <= 0:
         p.error("--duration must be > 0")
+    if not 0 <= args.ema < 1:
+        p.error("--ema must be in [0, 1)")
     return args
 
 

@@ -31,6 +31,7 @@ class ExamplesTest(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stderr)
             final = lines(p.stdout)[-1]
             self.assertTrue(final["final"])
+            self.assertTrue(final["averaged"])  # scored on the moving average, as a node reports
             self.assertEqual(final["rank"], 0)
             self.assertGreater(final["samples"], 0)
             self.assertIsNone(final["time_to_target"])  # no evaluations while it ran
@@ -82,9 +83,29 @@ class ExamplesTest(unittest.TestCase):
             self.assertEqual(summary["all"], max(want.values()))
             self.assertEqual(summary["first"], min(want.values()))
 
+    def test_ddp_average_follows_the_node_rule(self):
+        sys.path.insert(0, EXAMPLES)
+        self.addCleanup(sys.path.remove, EXAMPLES)
+        import ddp
+        import torch
+
+        net = torch.nn.Linear(1, 1, bias=False)
+        with torch.no_grad():
+            net.weight.fill_(1.0)
+        avg = ddp.Average(net, 0.5)
+        with torch.no_grad():
+            net.weight.fill_(3.0)
+        for _ in range(3):
+            avg.step()
+        self.assertEqual(avg.model.weight.item(), 1.0)  # updated only every 4th step
+        avg.step()  # update 0: decay min(0.5**4, 1/10) = 0.0625
+        self.assertAlmostEqual(avg.model.weight.item(), 0.0625 * 1 + 0.9375 * 3, places=6)
+        self.assertEqual(net.weight.item(), 3.0)  # the trained model is untouched
+
     def test_bad_flags(self):
         for script, args, want in (("ddp.py", ("--world", "2", "--slowdowns", "1,2,4"), "--slowdowns needs 2 values"),
                                    ("ddp.py", ("--duration", "0"), "--duration must be > 0"),
+                                   ("ddp.py", ("--ema", "1"), "--ema must be in [0, 1)"),
                                    ("swarm.py", ("--slowdowns", "0.5"), "slowdowns must be >= 1")):
             with self.subTest(script=script, args=args):
                 p = run(script, *args)
