@@ -1,9 +1,14 @@
 package trainerapi
 
 import (
+	"bufio"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math"
+	"net"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/meshtrain/meshtrain/params"
@@ -157,5 +162,80 @@ func TestNoAverage(t *testing.T) {
 		if _, err := NewExternal(testSpec(), rc); err == nil {
 			t.Errorf("NewExternal accepted ema %v ema-peers %v", rc.EMA, rc.EMAPeers)
 		}
+	}
+}
+
+// TestHelloListsOps: the hello reply lists every op the node serves, and
+// the node serves each op it lists (none is an unknown op to it).
+func TestHelloListsOps(t *testing.T) {
+	srv, _ := testServer(t)
+	c := dial(t, srv)
+	for _, op := range []string{"hello", "register", "pull", "push", "average", "eval", "bye"} {
+		if !c.Supports(op) {
+			t.Errorf("hello lists %v: %q missing", c.ops, op)
+		}
+	}
+	if c.Supports("jump") {
+		t.Error("Supports says yes to an op nobody listed")
+	}
+	if _, err := c.Register(testSpec()); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range Ops {
+		if op == "hello" || op == "bye" {
+			continue // a second hello and a bye end nothing worth checking here
+		}
+		_, err := c.call(map[string]any{"op": op}, nil, func(n uint64) ([]float32, error) { return make([]float32, n/4), nil })
+		var e *Error
+		if errors.As(err, &e) && strings.Contains(e.Message, "unknown op") {
+			t.Errorf("op %q is listed but unknown to the node: %v", op, err)
+		}
+	}
+}
+
+// TestAverageOnAnOlderNode: against a node whose hello lists no ops (one
+// older than the list, and than the average op), Average fails with
+// ErrUnsupported and names the node, without sending a request.
+func TestAverageOnAnOlderNode(t *testing.T) {
+	a, b := net.Pipe()
+	t.Cleanup(func() { a.Close(); b.Close() })
+	requests := make(chan string, 4)
+	go func() {
+		r := bufio.NewReader(b)
+		for {
+			var hdr struct {
+				Op string `json:"op"`
+			}
+			if _, err := readHeader(r, 1<<20, &hdr); err != nil {
+				close(requests)
+				return
+			}
+			requests <- hdr.Op
+			// As a node before the list answered: hello without ops, and
+			// the average op unknown.
+			reply := map[string]any{"ok": true, "version": Version, "node": "meshtrain 0.9"}
+			if hdr.Op != "hello" {
+				reply = map[string]any{"ok": false, "code": CodeBadRequest, "error": fmt.Sprintf("unknown op %q", hdr.Op)}
+			}
+			if err := writeFrame(b, reply); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := hello(a, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Average(make([]float32, 8))
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "meshtrain 0.9") {
+		t.Fatalf("average on an older node: %v, want ErrUnsupported naming the node", err)
+	}
+	a.Close()
+	var seen []string
+	for op := range requests {
+		seen = append(seen, op)
+	}
+	if !slices.Equal(seen, []string{"hello"}) {
+		t.Fatalf("requests sent: %v, want only the hello", seen)
 	}
 }

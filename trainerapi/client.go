@@ -2,10 +2,12 @@ package trainerapi
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 )
 
@@ -24,6 +26,10 @@ type Client struct {
 	r    *bufio.Reader
 	w    *bufio.Writer
 	last []float32 // the last reply's payload
+	// node and ops are the hello reply's: the node's version and the ops
+	// it serves (none listed by a node older than the list).
+	node string
+	ops  []string
 }
 
 // Dial connects to addr ("unix:PATH" or "tcp:HOST:PORT") and says hello.
@@ -36,13 +42,33 @@ func Dial(addr, token string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl := &Client{c: c, r: bufio.NewReaderSize(c, 1<<16), w: bufio.NewWriterSize(c, 1<<16)}
-	if _, err := cl.call(map[string]any{"op": "hello", "version": Version, "token": token}, nil, nil); err != nil {
+	cl, err := hello(c, token)
+	if err != nil {
 		c.Close()
 		return nil, err
 	}
 	return cl, nil
 }
+
+// hello opens a session on c.
+func hello(c net.Conn, token string) (*Client, error) {
+	cl := &Client{c: c, r: bufio.NewReaderSize(c, 1<<16), w: bufio.NewWriterSize(c, 1<<16)}
+	raw, err := cl.call(map[string]any{"op": "hello", "version": Version, "token": token}, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	var h struct {
+		Node string   `json:"node"`
+		Ops  []string `json:"ops"`
+	}
+	_ = json.Unmarshal(raw, &h) // the node said ok: what it lists is optional
+	cl.node, cl.ops = h.Node, h.Ops
+	return cl, nil
+}
+
+// Supports reports whether the node listed op in its hello reply. A node
+// older than the list lists none, and serves the ops of version 1 only.
+func (c *Client) Supports(op string) bool { return slices.Contains(c.ops, op) }
 
 // Registered is a registration's reply.
 type Registered struct {
@@ -122,8 +148,13 @@ func (c *Client) Pull(w, opt []float32) (hasOpt bool, err error) {
 
 // Average copies the model the node reports (the moving average of the
 // pushed models and the merged ones, or the node's model when it keeps no
-// average) into w; it reports whether it was an average.
+// average) into w; it reports whether it was an average. Against a node
+// that did not list the op in its hello reply (an older one) it returns
+// ErrUnsupported without asking.
 func (c *Client) Average(w []float32) (averaged bool, err error) {
+	if !c.Supports("average") {
+		return false, fmt.Errorf("%w: average (the node, %s, is older than the op: upgrade it)", ErrUnsupported, cmp.Or(c.node, "unnamed"))
+	}
 	raw, err := c.call(map[string]any{"op": "average"}, nil, func(n uint64) ([]float32, error) {
 		if n != uint64(4*len(w)) {
 			return nil, fmt.Errorf("%w: average payload of %d bytes", ErrFrame, n)

@@ -25,6 +25,17 @@ const (
 // stream cannot be trusted and the connection is closed.
 var ErrFrame = errors.New("trainerapi: malformed frame")
 
+// Ops are the ops this node serves, in the order a session uses them; the
+// hello reply lists them ("ops"), so a trainer can tell a node that lacks
+// one (an older node, which lists none) before it asks. Ops added to the
+// protocol after version 1 (average) are only sent to a node that lists
+// them.
+var Ops = []string{"hello", "register", "pull", "push", "average", "eval", "bye"}
+
+// ErrUnsupported is returned, without a request, for an op the node did
+// not list in its hello reply (an older node).
+var ErrUnsupported = errors.New("trainerapi: the node does not serve this op")
+
 // Error codes of a refused request (docs/protocol.md).
 const (
 	CodeBadRequest    = "bad_request"

@@ -47,7 +47,7 @@ func (ss *session) handle(raw rawRequest, payload uint64) (map[string]any, [][]f
 			return refuse(CodeUnauthorized, "wrong or missing token: over TCP, send the token the node wrote to its token file")
 		}
 		ss.hello = true
-		return map[string]any{"version": Version, "node": "meshtrain " + node.Version()}, nil, nil
+		return map[string]any{"version": Version, "node": "meshtrain " + node.Version(), "ops": Ops}, nil, nil
 	case "register":
 		var spec Spec
 		if err := decode(&spec); err != nil {

@@ -10,10 +10,10 @@ trainer API"), for any other framework.
 from typing import Any
 
 from .client import (VERSION, Client, ConnectionClosedError, MeshtrainError, ProtocolError, TensorSpec,
-                     parse_address)
+                     UnsupportedOpError, parse_address)
 
 __all__ = ["VERSION", "Client", "ConnectionClosedError", "MeshtrainError", "Mesh", "OptimizerState",
-           "ProtocolError", "TensorSpec", "init_optimizer_state", "parse_address"]
+           "ProtocolError", "TensorSpec", "UnsupportedOpError", "init_optimizer_state", "parse_address"]
 __version__ = "0.1.0"
 
 _TORCH_NAMES = ("Mesh", "OptimizerState", "init_optimizer_state")

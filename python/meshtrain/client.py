@@ -51,6 +51,17 @@ class MeshtrainError(Exception):
         self.message = message
 
 
+class UnsupportedOpError(MeshtrainError):
+    """The node does not serve an op: its hello reply did not list it (a
+    node older than the op). Raised by the client, without a request;
+    ``code`` is ``unsupported_op``."""
+
+    def __init__(self, op: str, node: str):
+        super().__init__("unsupported_op", f"the node ({node or 'unnamed'}) does not serve the {op} op: "
+                                           "it is older than this client; upgrade the node")
+        self.op = op
+
+
 class ProtocolError(Exception):
     """A frame from the node breaks the protocol (magic, lengths, header).
 
@@ -212,6 +223,8 @@ class Client:
         if family != socket.AF_UNIX and not token:
             raise ValueError("a TCP address needs the node's token (its data directory's trainer.token)")
         self.token = token
+        self.node = ""
+        self.ops: frozenset[str] = frozenset()
         self.model_size = 0
         self.optimizer_size = 0
         self._sock: socket.socket | None = socket.socket(family, socket.SOCK_STREAM)
@@ -292,11 +305,21 @@ class Client:
 
     def hello(self) -> dict[str, Any]:
         """Open the session (protocol version 1, with the token if one was
-        given); return the reply: ``version``, ``peer_id``, ``node``."""
+        given); return the reply: ``version``, ``node`` and ``ops``, the ops
+        the node serves (kept in ``self.ops``; a node older than that list
+        sends none, and serves the ops of version 1 only)."""
         header: dict[str, Any] = {"op": "hello", "version": VERSION}
         if self.token:
             header["token"] = self.token
-        return self._no_payload(*self._request(header))
+        reply = self._no_payload(*self._request(header))
+        ops = reply.get("ops")
+        self.ops = frozenset(o for o in ops if isinstance(o, str)) if isinstance(ops, list) else frozenset()
+        self.node = str(reply.get("node", ""))
+        return reply
+
+    def supports(self, op: str) -> bool:
+        """Whether the node listed ``op`` in its hello reply."""
+        return op in self.ops
 
     def register(self, run: str, tensors: Sequence[TensorSpec], optimizer: Sequence[TensorSpec] = (), *,
                  train_samples: int, batch: int, holdout: bool = False) -> dict[str, Any]:
@@ -336,7 +359,11 @@ class Client:
         models pushed and of the peers' models it merged (the node's
         ``--ema``, ``--ema-peers``), or its model when it keeps no average.
         Return the reply header (``step``, ``samples``, ``averaged``,
-        ``updates``) and the flat model. Nothing on the node changes."""
+        ``updates``) and the flat model. Nothing on the node changes.
+        Against a node that did not list the op in its hello reply (an
+        older one), raise UnsupportedOpError without sending a request."""
+        if not self.supports("average"):
+            raise UnsupportedOpError("average", self.node)
         reply, plen = self._request({"op": "average"})
         model = np.empty(self.model_size, WIRE_DTYPE)
         self._reply_payload(plen, [model])

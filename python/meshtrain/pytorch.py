@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -202,6 +203,7 @@ class Mesh:
         self._losses: list[float] = []
         self.merges = 0
         self._in_average = False
+        self._warned_average = False
         self.run: dict[str, Any] = {}
         self.lr_factor = 1.0
 
@@ -325,7 +327,21 @@ class Mesh:
         registered parameters are replaced (buffers such as BatchNorm's
         running statistics stay the trained model's). ``step`` and
         ``sync`` inside the block raise RuntimeError: the model there is
-        not the one being trained."""
+        not the one being trained. A node older than the average op (its
+        hello did not list it) leaves the trained parameters in the block,
+        yields False and warns once."""
+        if not self.client.supports("average"):
+            if not self._warned_average:
+                self._warned_average = True
+                warnings.warn(f"the node ({self.client.node or 'unnamed'}) does not serve the average op: "
+                              "scoring the trainer's own weights; upgrade the node to score the average",
+                              RuntimeWarning, stacklevel=3)
+            self._in_average = True
+            try:
+                yield False
+            finally:
+                self._in_average = False
+            return
         reply, flat = self.client.average()
         saved = [p.detach().clone() for p in self.params]
         self._in_average = True

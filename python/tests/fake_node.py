@@ -73,6 +73,9 @@ class FakeNode:
         self.model: np.ndarray | None = None
         self.optimizer: np.ndarray | None = None
         self.average: np.ndarray | None = None
+        # The ops hello lists, as the node does; None: a node older than
+        # the list, which lists none and does not know the average op.
+        self.listed_ops: list[str] | None = ["hello", "register", "pull", "push", "average", "eval", "bye"]
         self.step = self.samples = self.merges = 0
         self.pending: np.ndarray | None = None
         self.run = {"samples": 0, "total": total, "fraction": 0.0, "lr_factor": 1.0, "stop": ""}
@@ -242,7 +245,7 @@ class FakeNode:
         if op in ("pull", "push", "eval", "average") and not session["registered"]:
             return (self._err("not_registered", f"{op} before register"),)
         handler = getattr(self, f"_op_{op}", None) if isinstance(op, str) else None
-        if handler is None:
+        if handler is None or (op == "average" and self.listed_ops is None):
             return (self._err("bad_request", f"unknown op {op!r}"),)
         return handler(session, h, payload)
 
@@ -255,7 +258,10 @@ class FakeNode:
         if self.tcp and h.get("token") != self.token:
             return (self._err("unauthorized", "wrong or missing token"),)
         session["hello"] = True
-        return ({"ok": True, "version": 1, "node": "meshtrain fake"},)
+        reply = {"ok": True, "version": 1, "node": "meshtrain fake"}
+        if self.listed_ops is not None:
+            reply["ops"] = list(self.listed_ops)
+        return (reply,)
 
     def _op_register(self, session, h, payload):
         """Check the layout; the first registration fixes the node's run."""

@@ -7,7 +7,7 @@ import unittest
 
 import numpy as np
 
-from meshtrain import Client, ConnectionClosedError, MeshtrainError, ProtocolError, TensorSpec
+from meshtrain import Client, ConnectionClosedError, MeshtrainError, ProtocolError, TensorSpec, UnsupportedOpError
 from tests.fake_node import FakeNode
 
 F32 = np.dtype("<f4")
@@ -66,6 +66,22 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(self.node.evals, [(0.9, 0.3)])
         self.client.bye()
         self.assertEqual(self.node.ops(), ["hello", "register", "push", "push", "pull", "eval", "bye"])
+
+    def test_hello_lists_the_ops_and_average_needs_it(self):
+        hello = self.client.hello()
+        self.assertIn("average", hello["ops"])
+        self.assertTrue(self.client.supports("average"))
+        self.assertFalse(self.client.supports("jump"))
+
+    def test_average_on_an_older_node_raises_without_asking(self):
+        self.node.listed_ops = None  # a node before the list: hello names no ops
+        self.register()
+        self.assertFalse(self.client.supports("average"))
+        with self.assertRaisesRegex(UnsupportedOpError, "meshtrain fake.*average") as caught:
+            self.client.average()
+        self.assertEqual((caught.exception.code, caught.exception.op), ("unsupported_op", "average"))
+        self.assertIsInstance(caught.exception, MeshtrainError)
+        self.assertEqual(self.node.ops(), ["hello", "register"])  # nothing sent
 
     def test_error_reply_raises_with_the_node_message(self):
         self.register()

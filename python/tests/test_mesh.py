@@ -1,6 +1,7 @@
 """Mesh, the PyTorch integration, against the fake node."""
 
 import unittest
+import warnings
 
 import numpy as np
 import torch
@@ -67,6 +68,26 @@ class MeshTest(unittest.TestCase):
         np.testing.assert_array_equal(self.node.model, local + merged)  # trainer and node agree
         self.assertEqual(mesh.merges, 1)
         self.assertFalse(mesh.sync())  # the delta was sent once
+
+    def test_averaged_on_an_older_node_scores_the_trained_weights(self):
+        self.node.listed_ops = None  # a node before the average op: hello names no ops
+        mesh = self.mesh()
+        train_step(self.model, self.optimizer, seed=1)
+        live = flat_params(self.model).numpy().copy()
+        self.node.average = np.zeros(N_PARAMS, np.float32)  # never sent: the node would not know the op
+        with self.assertWarnsRegex(RuntimeWarning, "meshtrain fake.*average"):
+            with mesh.averaged() as averaged:
+                self.assertFalse(averaged)
+                np.testing.assert_array_equal(flat_params(self.model).numpy(), live)
+                with self.assertRaises(RuntimeError):
+                    mesh.sync()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # it warns once, not at every evaluation
+            with mesh.averaged() as averaged:
+                self.assertFalse(averaged)
+        mesh.sync()  # usable again after the block
+        np.testing.assert_array_equal(flat_params(self.model).numpy(), live)
+        self.assertNotIn("average", self.node.ops())
 
     def test_averaged_loads_the_nodes_average_for_the_block(self):
         mesh = self.mesh()
