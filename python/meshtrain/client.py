@@ -224,7 +224,7 @@ class Client:
             raise ValueError("a TCP address needs the node's token (its data directory's trainer.token)")
         self.token = token
         self.node = ""
-        self.ops: frozenset[str] = frozenset()
+        self.ops: frozenset[str] | None = None  # None until hello
         self.model_size = 0
         self.optimizer_size = 0
         self._sock: socket.socket | None = socket.socket(family, socket.SOCK_STREAM)
@@ -306,8 +306,9 @@ class Client:
     def hello(self) -> dict[str, Any]:
         """Open the session (protocol version 1, with the token if one was
         given); return the reply: ``version``, ``node`` and ``ops``, the ops
-        the node serves (kept in ``self.ops``; a node older than that list
-        sends none, and serves the ops of version 1 only)."""
+        the node serves (kept in ``self.ops``, None before hello; a node
+        older than that list sends none, and serves the ops of version 1
+        only)."""
         header: dict[str, Any] = {"op": "hello", "version": VERSION}
         if self.token:
             header["token"] = self.token
@@ -318,8 +319,9 @@ class Client:
         return reply
 
     def supports(self, op: str) -> bool:
-        """Whether the node listed ``op`` in its hello reply."""
-        return op in self.ops
+        """Whether the node listed ``op`` in its hello reply (False before
+        ``hello``)."""
+        return self.ops is not None and op in self.ops
 
     def register(self, run: str, tensors: Sequence[TensorSpec], optimizer: Sequence[TensorSpec] = (), *,
                  train_samples: int, batch: int, holdout: bool = False) -> dict[str, Any]:
@@ -362,7 +364,7 @@ class Client:
         ``updates``) and the flat model. Nothing on the node changes.
         Against a node that did not list the op in its hello reply (an
         older one), raise UnsupportedOpError without sending a request."""
-        if not self.supports("average"):
+        if self.ops is not None and "average" not in self.ops:
             raise UnsupportedOpError("average", self.node)
         reply, plen = self._request({"op": "average"})
         model = np.empty(self.model_size, WIRE_DTYPE)

@@ -83,6 +83,11 @@ class ClientTest(unittest.TestCase):
         self.assertIsInstance(caught.exception, MeshtrainError)
         self.assertEqual(self.node.ops(), ["hello", "register"])  # nothing sent
 
+    def test_average_before_hello_is_the_nodes_refusal(self):
+        with self.assertRaisesRegex(MeshtrainError, "first request must be hello") as caught:
+            self.client.average()
+        self.assertNotIsInstance(caught.exception, UnsupportedOpError)
+
     def test_error_reply_raises_with_the_node_message(self):
         self.register()
         self.node.fail_next("eval", "bad_request", "eval needs accuracy (and loss)")
