@@ -162,8 +162,9 @@ class Mesh:
     sets each parameter group's learning rate to its initial one times the
     swarm's ``lr_factor`` whenever the node sends the run (register, pull
     and every push). ``averaged()`` loads the model the node reports (its
-    moving average) into the model for a block, to score it. ``clock`` is the time source in seconds (tests inject
-    one); ``timeout`` bounds every socket operation.
+    moving average) into the model for a block, to score it. ``clock`` is
+    the time source in seconds (tests inject one); ``timeout`` bounds every
+    socket operation.
 
     Attributes: ``resumed``; ``samples`` and ``step_count``, the node's
     counters at registration plus the samples and steps taken since;
@@ -330,29 +331,26 @@ class Mesh:
         not the one being trained. A node older than the average op (its
         hello did not list it) leaves the trained parameters in the block,
         yields False and warns once."""
-        if not self.client.supports("average"):
-            if not self._warned_average:
-                self._warned_average = True
-                warnings.warn(f"the node ({self.client.node or 'unnamed'}) does not serve the average op: "
-                              "scoring the trainer's own weights; upgrade the node to score the average",
-                              RuntimeWarning, stacklevel=3)
-            self._in_average = True
-            try:
-                yield False
-            finally:
-                self._in_average = False
-            return
-        reply, flat = self.client.average()
-        saved = [p.detach().clone() for p in self.params]
+        supported = self.client.supports("average")
+        if supported:
+            reply, flat = self.client.average()
+            saved = [p.detach().clone() for p in self.params]
+        elif not self._warned_average:
+            self._warned_average = True
+            warnings.warn(f"the node ({self.client.node or 'unnamed'}) does not serve the average op: "
+                          "scoring the trainer's own weights; upgrade the node to score the average",
+                          RuntimeWarning, stacklevel=3)
         self._in_average = True
         try:
-            self._load(flat)
-            yield bool(reply.get("averaged"))
+            if supported:
+                self._load(flat)
+            yield supported and bool(reply.get("averaged"))
         finally:
             self._in_average = False
-            with torch.no_grad():
-                for p, s in zip(self.params, saved):
-                    p.copy_(s)
+            if supported:
+                with torch.no_grad():
+                    for p, s in zip(self.params, saved):
+                        p.copy_(s)
 
     def report_eval(self, accuracy: float, loss: float) -> None:
         """Tell the node the trainer's test score of the model it reports
