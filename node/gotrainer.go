@@ -89,6 +89,9 @@ func (g *goTrainer) ApplyChecked(fn func(w, opt []float32, p *params.Progress) e
 	return g.t.ApplyChecked(fn)
 }
 
+// Opt: see OptReader.
+func (g *goTrainer) Opt() []float32 { return g.t.Momentum() }
+
 func (g *goTrainer) State() TrainerState {
 	s := g.t.State()
 	own, _ := json.Marshal(s) // plain fields only: cannot fail

@@ -106,6 +106,8 @@ type syncer struct {
 	outer         *averaging.Outer
 	inner, target int
 
+	scratch []float32 // the parameters, read by current
+
 	mu   sync.Mutex
 	view SyncStatus
 }
@@ -157,38 +159,53 @@ func (n *Node) SyncStatus() SyncStatus {
 	return v
 }
 
-// local is our model after a local step: what we contribute to a round
-// (the all-reduce overwrites own.Params), and the model we would found a
-// group with.
+// local is our contribution to a round (the all-reduce overwrites
+// own.Params with the round's mean).
 type local struct {
-	own  gossip.Contribution
-	mom  []float32 // sync: our momentum after the step, which we keep
-	base gossip.SyncState
+	own gossip.Contribution
 }
 
 // current takes the trainer's model, between two steps. We contribute
 // what our steps since the group's model moved it (the group's model minus
 // ours): in sync mode our one step's update, to round = our step; in diloco
 // mode our pseudo-gradient, to the next outer round. An update, not the
-// parameters, so that it can travel as fp16 (--wire-dtype).
+// parameters, so that it can travel as fp16 (--wire-dtype). Sync mode reads
+// the parameters alone (into a buffer kept for it), not the whole state: it
+// runs every step.
 func (s *syncer) current() local {
-	st := s.n.trainer.State() // between two steps: nobody else steps
-	d := make([]float32, len(st.Params))
+	snap := s.n.trainer.SnapshotInto(s.scratch) // between two steps: nobody else steps
+	s.scratch = snap.Params
+	d := make([]float32, len(snap.Params))
 	if s.synced && len(s.state.Params) == len(d) {
-		_ = averaging.PseudoGradient(d, s.state.Params, st.Params)
+		_ = averaging.PseudoGradient(d, s.state.Params, snap.Params)
 	}
+	round := snap.Step
+	if s.outer != nil {
+		round = s.state.Round + 1
+	}
+	return local{own: gossip.Contribution{Round: round, Progress: snap.Progress, Base: s.state.Group, Params: d}}
+}
+
+// founding is the group we would found with our model, between two steps:
+// in diloco mode with our outer momentum.
+func (s *syncer) founding() gossip.SyncState {
+	st := s.n.trainer.State()
 	if s.outer == nil {
-		own := gossip.Contribution{Round: st.Step, Progress: st.Progress, Base: s.state.Group, Params: d}
-		return local{own: own, mom: st.Opt,
-			base: gossip.SyncState{Round: st.Step, Progress: st.Progress, Params: st.Params, Momentum: st.Opt}}
+		return gossip.SyncState{Round: st.Step, Progress: st.Progress, Params: st.Params, Momentum: st.Opt}
 	}
 	buf := s.outer.Buf
 	if buf == nil {
 		buf = make([]float32, len(st.Params))
 	}
-	own := gossip.Contribution{Round: s.state.Round + 1, Progress: st.Progress, Base: s.state.Group, Params: d}
-	return local{own: own,
-		base: gossip.SyncState{Round: s.state.Round, Progress: st.Progress, Params: st.Params, Momentum: slices.Clone(buf)}}
+	return gossip.SyncState{Round: s.state.Round, Progress: st.Progress, Params: st.Params, Momentum: slices.Clone(buf)}
+}
+
+// momentum is ours, for the model a leader serves joiners.
+func (s *syncer) momentum() []float32 {
+	if r, ok := s.n.trainer.(OptReader); ok {
+		return r.Opt()
+	}
+	return s.n.trainer.State().Opt
 }
 
 // step runs after each local Step: it takes the trainer's model as our
@@ -207,7 +224,7 @@ func (s *syncer) step(ctx context.Context) error {
 		if !s.synced {
 			// Our step was not taken from the group's model: it is
 			// dropped, and the next one is our first in the group.
-			if s.join(ctx, l); s.synced {
+			if s.join(ctx); s.synced {
 				return nil
 			}
 			continue
@@ -222,7 +239,7 @@ func (s *syncer) step(ctx context.Context) error {
 		}
 		res, err := s.svc.Contribute(ctx, leader, l.own)
 		if err == nil {
-			s.adopt(res, l.mom, false)
+			s.adopt(res, false)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -235,7 +252,6 @@ func (s *syncer) step(ctx context.Context) error {
 			s.log.Info("sync all-reduce failed", "round", l.own.Round, "err", err)
 			s.reduceFailed(err)
 			s.unsync(leader)
-			l = s.current()
 			continue
 		}
 		s.refused(ctx, leader, err)
@@ -257,7 +273,7 @@ func (s *syncer) lead(ctx context.Context, l *local) bool {
 	res, err := s.svc.Reduce(ctx, l.own)
 	switch {
 	case err == nil:
-		s.adopt(res, l.mom, false)
+		s.adopt(res, false)
 		return true
 	case ctx.Err() != nil:
 		return false
@@ -269,8 +285,7 @@ func (s *syncer) lead(ctx context.Context, l *local) bool {
 		s.log.Info("sync all-reduce failed; founding the group anew", "round", l.own.Round, "err", err)
 		s.reduceFailed(err)
 		s.svc.Unsync()
-		*l = s.current()
-		s.found(ctx, *l)
+		s.found(ctx)
 		return s.synced
 	}
 	s.log.Warn("sync round failed", "round", l.own.Round, "err", err)
@@ -340,6 +355,11 @@ func (s *syncer) leader() peer.ID {
 // leadBase is the model and group of the round we lead: the last round's,
 // without the members we gave up on.
 func (s *syncer) leadBase() gossip.SyncState {
+	if s.state.Momentum == nil {
+		// A round's result: joiners take our momentum, read once per
+		// round we lead.
+		s.state.Momentum = s.momentum()
+	}
 	b := s.state
 	b.Members = []peer.ID{s.n.id}
 	for _, p := range s.state.Members {
@@ -397,7 +417,7 @@ func (s *syncer) candidates() []peer.ID {
 
 // join adopts the model of a group some fresh sync peer belongs to, or, if
 // none answers with one, founds a group of our own with ours.
-func (s *syncer) join(ctx context.Context, ours local) {
+func (s *syncer) join(ctx context.Context) {
 	tried := map[peer.ID]bool{s.n.id: true}
 	cands := s.candidates()
 	// The leader that sent us here is asked first, unless its connection
@@ -429,7 +449,7 @@ func (s *syncer) join(ctx context.Context, ours local) {
 				s.deferSince = time.Time{}
 				s.counts.joins++
 				s.log.Info("joined a sync group", "via", p, "round", res.Round, "members", len(res.Members))
-				s.adopt(res, nil, true)
+				s.adopt(res, true)
 				return
 			}
 			if ctx.Err() != nil {
@@ -469,12 +489,12 @@ func (s *syncer) join(ctx context.Context, ours local) {
 		}
 	}
 	s.deferSince = time.Time{}
-	s.found(ctx, ours)
+	s.found(ctx)
 }
 
 // found starts a group of our own from our model.
-func (s *syncer) found(ctx context.Context, l local) {
-	st := l.base
+func (s *syncer) found(ctx context.Context) {
+	st := s.founding()
 	st.Group, st.Members = gossip.NewGroup(), []peer.ID{s.n.id}
 	if err := s.svc.Lead(st); err != nil {
 		// Our own model cannot be sent (it diverged): nothing to lead with.
@@ -521,7 +541,7 @@ func (s *syncer) merge(ctx context.Context) bool {
 		s.counts.joins++
 		s.log.Info("merged into a sync group further along", "leader", g.Leader, "round", res.Round,
 			"progress", float64(res.Progress), "ours", float64(s.state.Progress))
-		s.adopt(res, nil, true)
+		s.adopt(res, true)
 		return true
 	}
 	for p, at := range s.probed {
@@ -541,19 +561,18 @@ func preferGroup(theirs params.Progress, theirLeader peer.ID, ours params.Progre
 
 // adopt applies a group model and makes it the base of our next round. In
 // sync mode a round's result is the members' mean update: the group's model
-// minus it replaces the parameters, the same bits on every member (mom is
-// our momentum after the step, which we keep); a join's (joined) result is
-// the model, which replaces the momentum too. In diloco mode see
-// adoptOuter.
-func (s *syncer) adopt(res gossip.SyncState, mom []float32, joined bool) {
+// minus it replaces the parameters, the same bits on every member, and we
+// keep our momentum; a join's (joined) result is the model, which replaces
+// the momentum too. In diloco mode see adoptOuter.
+func (s *syncer) adopt(res gossip.SyncState, joined bool) {
 	if s.outer != nil {
 		s.adoptOuter(res, joined)
 		return
 	}
 	t := s.n.trainer
-	var err error
 	if !joined {
-		res.Momentum = mom
+		// No momentum: leadBase takes ours if we come to lead.
+		res.Momentum = nil
 		if len(res.Params) != len(s.state.Params) {
 			s.log.Warn("sync update not applied", "round", res.Round, "values", len(res.Params), "model", len(s.state.Params))
 			s.unsync("")
@@ -563,15 +582,29 @@ func (s *syncer) adopt(res gossip.SyncState, mom []float32, joined bool) {
 			res.Params[i] = s.state.Params[i] - d
 		}
 	}
+	// Every change below checks what it writes before writing it, so a
+	// trainer that can skip Apply's rollback copies does (they cost a
+	// sync round two passes over the model).
+	apply := t.Apply
+	if c, ok := t.(CheckedApplier); ok {
+		apply = c.ApplyChecked
+	}
+	var err error
 	if t.Stats().Steps == res.Round {
-		err = t.Apply(func(w, m []float32, p *params.Progress) error {
-			if len(res.Params) != len(w) || len(res.Momentum) != len(m) {
+		err = apply(func(w, m []float32, p *params.Progress) error {
+			if len(res.Params) != len(w) || joined && len(res.Momentum) != len(m) {
 				return fmt.Errorf("node: sync model of %d values, ours has %d", len(res.Params), len(w))
 			}
-			copy(w, res.Params)
+			if err := params.CheckFinite(res.Params); err != nil {
+				return err
+			}
 			if joined {
+				if err := params.CheckFinite(res.Momentum); err != nil {
+					return err
+				}
 				copy(m, res.Momentum)
 			}
+			copy(w, res.Params)
 			*p = res.Progress
 			return nil
 		})
@@ -579,7 +612,10 @@ func (s *syncer) adopt(res gossip.SyncState, mom []float32, joined bool) {
 		// A join: the group's step count too, so members stay in lockstep
 		// by step (round r is every member's step r).
 		st := t.State()
-		st.Params, st.Opt, st.Step, st.Progress = res.Params, res.Momentum, res.Round, res.Progress
+		st.Params, st.Step, st.Progress = res.Params, res.Round, res.Progress
+		if joined {
+			st.Opt = res.Momentum
+		}
 		err = t.Restore(st)
 	}
 	if err != nil {

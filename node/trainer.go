@@ -62,6 +62,13 @@ type CheckedApplier interface {
 	ApplyChecked(fn func(w, opt []float32, p *params.Progress) error) error
 }
 
+// OptReader is implemented by a trainer that can copy out its optimizer
+// state alone, without the rest of State: a sync leader takes it every
+// round for the joiners it may serve.
+type OptReader interface {
+	Opt() []float32
+}
+
 // ParamAverager is implemented by a trainer that keeps a moving average of
 // its parameters (the Go trainer's train.Config.EMA). The node reports that
 // average as its model: the test accuracy it logs and serves, what /model

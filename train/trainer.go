@@ -387,6 +387,13 @@ func (t *Trainer) SnapshotInto(dst []float32) params.Snapshot {
 	return t.snapshotOf(t.w, dst)
 }
 
+// Momentum returns a copy of the optimizer's momentum.
+func (t *Trainer) Momentum() []float32 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return slices.Clone(t.mom)
+}
+
 // snapshotOf copies src (the parameters or their average) into dst,
 // reused when large enough, with the parameters' step and progress.
 // Holds mu for reading.

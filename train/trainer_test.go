@@ -591,3 +591,32 @@ func TestSetLRScale(t *testing.T) {
 		t.Errorf("the step applied rate %v, want 0.125", st.LR)
 	}
 }
+
+// TestMomentumIsACopy: Momentum returns the optimizer's momentum as State
+// has it, and a copy the caller may keep while the trainer steps on.
+func TestMomentumIsACopy(t *testing.T) {
+	trainSet, _ := splitSynthetic(t, 500)
+	tr := newTestTrainer(t, testConfig("mlp:16"), trainSet)
+	for range 3 {
+		if _, err := tr.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := tr.Momentum()
+	if want := tr.State().Momentum; !slices.Equal(m, want) {
+		t.Fatalf("Momentum differs from State's: %d values against %d", len(m), len(want))
+	}
+	if !slices.ContainsFunc(m, func(v float32) bool { return v != 0 }) {
+		t.Fatal("momentum is all zero after three steps")
+	}
+	kept := slices.Clone(m)
+	if _, err := tr.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(m, kept) {
+		t.Fatal("a step changed the copy Momentum returned")
+	}
+	if slices.Equal(tr.Momentum(), kept) {
+		t.Fatal("the momentum did not change over a step")
+	}
+}
