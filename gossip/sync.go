@@ -940,7 +940,31 @@ func (s *SyncService) Contribute(ctx context.Context, leader peer.ID, c Contribu
 		return SyncState{}, err
 	}
 	s.stats.roundsDone.Add(1)
+	s.takeLead(st)
 	return st, nil
+}
+
+// takeLead opens the next round at once when the round a follower just
+// completed names it the lowest member, the next leader by the node's rule:
+// the other members, who may finish the round first, then find it open, as
+// they find it open at a leader that led this round (seal). Its model is
+// filled in by Lead; a node that picks another leader (one it gave up on
+// is lower) calls Follow, which sends them there.
+func (s *SyncService) takeLead(st SyncState) {
+	if len(st.Members) < 2 || st.Members[0] != s.h.ID() {
+		return
+	}
+	sb, err := s.newBase(SyncState{Round: st.Round, Progress: st.Progress, Group: st.Group, Members: st.Members})
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.role != roleFollower {
+		return
+	}
+	s.role, s.hint = roleLeader, ""
+	s.open = s.newRound(sb, st.Members)
 }
 
 // Join asks p, which should lead a group, for the group's model at the last

@@ -337,6 +337,69 @@ func TestSyncRound(t *testing.T) {
 	refusal(t, contributeErr(a, l, c), SyncStale)
 }
 
+// TestSyncNextLeaderOpens: a follower whose completed round names it the
+// lowest member leads the next round at once, before its node has applied
+// the round: a member that finished first is taken in, not sent back to the
+// old leader, and Lead then fills in the model joiners get.
+func TestSyncNextLeaderOpens(t *testing.T) {
+	checkLeaks(t)
+	cfg := syncTestConfig()
+	ps := []*syncPeer{newSyncPeer(t, cfg), newSyncPeer(t, cfg), newSyncPeer(t, cfg)}
+	meshOf(t, ps...)
+	slices.SortFunc(ps, func(x, y *syncPeer) int { return strings.Compare(string(x.id()), string(y.id())) })
+	next, l, b := ps[0], ps[1], ps[2] // next has the lowest ID; l leads this round
+	group := sortedIDs(ps...)
+	base := SyncState{Round: 5, Progress: 100, Params: randVec(syncN, 1), Momentum: randVec(syncN, 2), Members: group}
+	if err := l.svc.Lead(base); err != nil {
+		t.Fatal(err)
+	}
+	next.svc.Follow(l.id())
+	b.svc.Follow(l.id())
+	ctx := t.Context()
+	results := make([]SyncState, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	wg.Go(func() { results[1], errs[1] = next.svc.Contribute(ctx, l.id(), contribution(6, 116, 10)) })
+	wg.Go(func() { results[2], errs[2] = b.svc.Contribute(ctx, l.id(), contribution(6, 116, 20)) })
+	results[0], errs[0] = l.svc.Reduce(ctx, contribution(6, 116, 30))
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	res := results[1]
+	g, err := b.svc.Probe(ctx, next.id())
+	if err != nil || g.Leader != next.id() || g.Round != 6 || !slices.Equal(g.Members, group) {
+		t.Fatalf("probe of the next leader: %+v, %v", g, err)
+	}
+	// b's contribution to round 7 is collected; the old leader, which
+	// follows the new one, is not asked.
+	c := contribution(7, 164, 40)
+	c.Base = res.Group
+	done := make(chan error, 1)
+	go func() { _, err := b.svc.Contribute(ctx, next.id(), c); done <- err }()
+	eventually(t, "b's contribution to arrive", func() bool { return next.svc.Stats().ContributionsReceived == 1 })
+	// Until Lead gives the model, a joiner is told to wait.
+	_, err = l.svc.Join(ctx, next.id())
+	refusal(t, err, SyncBusy)
+	model := SyncState{Round: 6, Progress: res.Progress, Group: res.Group, Params: randVec(syncN, 3), Momentum: randVec(syncN, 4), Members: group}
+	if err := next.svc.Lead(model); err != nil {
+		t.Fatal(err)
+	}
+	j, err := l.svc.Join(ctx, next.id())
+	if err != nil || j.Round != 6 || !slices.Equal(j.Params, model.Params) {
+		t.Fatalf("join after Lead: round %d, %v", j.Round, err)
+	}
+	// The node picks another leader: the members are sent there.
+	next.svc.Follow(l.id())
+	if ref := refusal(t, <-done, SyncNotLeader); ref.Leader != l.id() {
+		t.Fatalf("member sent to %s, want %s", ref.Leader, l.id())
+	}
+	// A follower that is not the lowest member stays a follower.
+	if _, err := l.svc.Probe(ctx, b.id()); err == nil {
+		t.Fatal("b leads a round it is not the lowest member of")
+	}
+}
+
 func contributeErr(from, to *syncPeer, c Contribution) error {
 	_, err := from.svc.Contribute(context.Background(), to.id(), c)
 	return err
