@@ -98,6 +98,14 @@ type Config struct {
 	// give up on a leader that has not answered within twice this. It must
 	// exceed the slowest member's step time.
 	SyncTimeout time.Duration
+	// SyncOverlap (sync mode) runs each round's all-reduce while the next
+	// local step computes (delayed averaging): a member's step r+1 starts
+	// from its own model after step r, and once round r's mean arrives the
+	// member's own update of step r is swapped for it. Every member then
+	// holds the group's model plus its one step since, so the next round's
+	// contributions still start from one group model. Off, a round ends
+	// before the next step begins (DDP's exact semantics).
+	SyncOverlap bool
 	// InnerSteps (diloco mode) is the local steps between two outer
 	// rounds, >= 1; InnerScaling is InnerScalingNone or InnerScalingSpeed.
 	// SyncTimeout must then exceed InnerSteps x the slowest member's step.

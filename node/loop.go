@@ -83,6 +83,10 @@ func (n *Node) Run(ctx context.Context, emit func(Event)) (*Result, error) {
 
 	l := &trainLoop{n: n, ck: ck, evals: evals, send: send, began: began}
 	reason, err := l.run(ctx)
+	if n.sync != nil {
+		// A round still in flight (--sync-overlap) carries our last step.
+		n.sync.drain(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -106,7 +106,20 @@ type syncer struct {
 	outer         *averaging.Outer
 	inner, target int
 
+	// --sync-overlap: the round in flight while the trainer steps, and
+	// (while its answer is handled) the one whose update adopt swaps for
+	// the round's mean.
+	overlap bool
+	pending *inFlight
+	ahead   *inFlight
+
 	scratch []float32 // the parameters, read by current
+	// awaiting is the next leader catchingUp waits for, since when.
+	awaiting struct {
+		peer  peer.ID
+		round int64
+		since time.Time
+	}
 
 	mu   sync.Mutex
 	view SyncStatus
@@ -140,6 +153,7 @@ func (n *Node) newSyncer() (*syncer, error) {
 	return &syncer{
 		n: n, svc: svc, log: n.log.With("mode", string(n.cfg.Mode)), probeEvery: n.cfg.Announce.Interval,
 		failed: make(map[peer.ID]time.Time), probed: make(map[peer.ID]time.Time), outer: outer,
+		overlap: n.cfg.SyncOverlap && n.cfg.Mode == ModeSync,
 	}, nil
 }
 
@@ -210,8 +224,10 @@ func (s *syncer) momentum() []float32 {
 
 // step runs after each local Step: it takes the trainer's model as our
 // contribution to the round, and returns once the group's average is
-// applied (or we joined or founded a group instead). It returns only ctx's
-// error; every other failure is handled by asking someone else.
+// applied (or we joined or founded a group instead). With --sync-overlap it
+// returns as soon as the round is under way, and applies it after the next
+// step (stepAhead). It returns only ctx's error; every other failure is
+// handled by asking someone else.
 func (s *syncer) step(ctx context.Context) error {
 	if s.outer != nil && s.synced {
 		// Diloco: inner steps need nobody until this round's are done.
@@ -219,9 +235,20 @@ func (s *syncer) step(ctx context.Context) error {
 			return nil
 		}
 	}
-	l := s.current()
+	if s.overlap {
+		return s.stepAhead(ctx)
+	}
+	return s.round(ctx, s.current())
+}
+
+// round contributes l to our group's next round until we hold a group
+// model: the round's average, or a group's we joined or founded.
+func (s *syncer) round(ctx context.Context, l local) error {
 	for ctx.Err() == nil {
 		if !s.synced {
+			// The round our last step was to be swapped into, if any, is
+			// lost: we join with the model as it is now.
+			s.ahead = nil
 			// Our step was not taken from the group's model: it is
 			// dropped, and the next one is our first in the group.
 			if s.join(ctx); s.synced {
@@ -238,39 +265,62 @@ func (s *syncer) step(ctx context.Context) error {
 			continue
 		}
 		res, err := s.svc.Contribute(ctx, leader, l.own)
-		if err == nil {
-			s.adopt(res, false)
+		if s.contributed(ctx, leader, &l, res, err) {
 			return nil
 		}
-		if ctx.Err() != nil {
-			break
-		}
-		if errors.Is(err, gossip.ErrAllReduce) {
-			// A member failed mid-round. The members that finished hold
-			// the round's model and the leader (if it finished) serves
-			// it; we join again, and our vector is a partial mean.
-			s.log.Info("sync all-reduce failed", "round", l.own.Round, "err", err)
-			s.reduceFailed(err)
-			s.unsync(leader)
-			continue
-		}
-		s.refused(ctx, leader, err)
 	}
 	return ctx.Err()
+}
+
+// contributed handles the answer to our contribution to leader's round:
+// true once its average is applied.
+func (s *syncer) contributed(ctx context.Context, leader peer.ID, l *local, res gossip.SyncState, err error) bool {
+	switch {
+	case err == nil:
+		s.adopt(res, false)
+		return true
+	case ctx.Err() != nil:
+		return false
+	case errors.Is(err, gossip.ErrAllReduce):
+		// A member failed mid-round. The members that finished hold the
+		// round's model and the leader (if it finished) serves it; we
+		// join again, and our vector is a partial mean.
+		s.log.Info("sync all-reduce failed", "round", l.own.Round, "err", err)
+		s.reduceFailed(err)
+		s.unsync(leader)
+		return false
+	}
+	s.refused(ctx, leader, err)
+	return false
 }
 
 // lead runs a round we lead; false means the round could not be run here
 // and the caller should look again at who leads.
 func (s *syncer) lead(ctx context.Context, l *local) bool {
+	if !s.openRound(ctx, l) {
+		return s.synced
+	}
+	res, err := s.svc.Reduce(ctx, l.own)
+	return s.reduced(ctx, l, res, err)
+}
+
+// openRound readies the round we lead: false if we merged into a group
+// further along instead (synced) or cannot lead (unsynced).
+func (s *syncer) openRound(ctx context.Context, l *local) bool {
 	if s.merge(ctx) {
-		return true
+		return false
 	}
 	if err := s.svc.Lead(s.leadBase()); err != nil {
 		s.log.Warn("cannot lead the sync round", "round", l.own.Round, "err", err)
 		s.unsync("")
 		return false
 	}
-	res, err := s.svc.Reduce(ctx, l.own)
+	return true
+}
+
+// reduced handles the end of a round we led: true once we hold a group
+// model.
+func (s *syncer) reduced(ctx context.Context, l *local, res gossip.SyncState, err error) bool {
 	switch {
 	case err == nil:
 		s.adopt(res, false)
@@ -285,12 +335,108 @@ func (s *syncer) lead(ctx context.Context, l *local) bool {
 		s.log.Info("sync all-reduce failed; founding the group anew", "round", l.own.Round, "err", err)
 		s.reduceFailed(err)
 		s.svc.Unsync()
+		s.ahead = nil
 		s.found(ctx)
 		return s.synced
 	}
 	s.log.Warn("sync round failed", "round", l.own.Round, "err", err)
 	s.unsync("")
 	return false
+}
+
+// inFlight is a round run while the next local step computes
+// (--sync-overlap): our contribution, and the round's answer once done is
+// closed.
+type inFlight struct {
+	l      local
+	sent   []float32 // our vector as sent (the all-reduce overwrites l.own.Params)
+	base   []float32 // the group's model our step started from
+	leader peer.ID
+	done   chan struct{}
+	res    gossip.SyncState
+	err    error
+}
+
+// stepAhead is step with --sync-overlap. The round of our previous step
+// ran during this one: its answer is handled as round's would be (on
+// success adopt swaps our previous update for the round's mean and keeps
+// this step's), and this step's round is set going.
+func (s *syncer) stepAhead(ctx context.Context) error {
+	p := s.pending
+	s.pending = nil
+	if p == nil && !s.synced {
+		return s.round(ctx, s.current())
+	}
+	if p != nil {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if p.err != nil {
+			copy(p.l.own.Params, p.sent) // to be sent again
+		}
+		s.ahead = p
+		var done bool
+		if p.leader == s.n.id {
+			done = s.reduced(ctx, &p.l, p.res, p.err)
+		} else {
+			done = s.contributed(ctx, p.leader, &p.l, p.res, p.err)
+		}
+		var err error
+		if !done {
+			err = s.round(ctx, p.l)
+		}
+		s.ahead = nil
+		if err != nil {
+			return err
+		}
+	}
+	// Joined or founded, our model is the group's and the next step is
+	// the first to contribute; otherwise this step's round starts now.
+	if s.synced && s.n.trainer.Stats().Steps == s.state.Round+1 {
+		s.launch(ctx)
+	}
+	return ctx.Err()
+}
+
+// launch sets our last step's round going in the background.
+func (s *syncer) launch(ctx context.Context) {
+	l := s.current()
+	l.own.Base = s.state.Group
+	leader := s.leader()
+	if leader == s.n.id && !s.openRound(ctx, &l) {
+		return // merged (our step is dropped) or unsynced (the next step joins)
+	}
+	p := &inFlight{l: l, sent: slices.Clone(l.own.Params), base: s.state.Params, leader: leader, done: make(chan struct{})}
+	own := l.own
+	go func() {
+		defer close(p.done)
+		if leader == s.n.id {
+			p.res, p.err = s.svc.Reduce(ctx, own)
+		} else {
+			p.res, p.err = s.svc.Contribute(ctx, leader, own)
+		}
+	}()
+	s.pending = p
+}
+
+// drain ends the round in flight when the run stops, applying its average
+// if it completes (the trainer takes no step after the one it carries).
+func (s *syncer) drain(ctx context.Context) {
+	p := s.pending
+	if p == nil {
+		return
+	}
+	s.pending = nil
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return
+	}
+	if p.err == nil {
+		s.adopt(p.res, false)
+	}
 }
 
 // reduceFailed gives up on the member an all-reduce failed on, if known,
@@ -315,12 +461,16 @@ func (s *syncer) refused(ctx context.Context, leader peer.ID, err error) {
 		switch {
 		case ref.Leader == "":
 			s.lose(leader, err)
+		case ref.Leader == s.n.id && s.catchingUp(leader):
+			// The group's next leader still follows us: it has not yet
+			// completed the round that made it lead (it takes the lead
+			// when it does; with --sync-overlap we may get there first).
 		case ref.Leader == s.n.id:
 			s.forceLead = true
 		case s.failed[ref.Leader].IsZero():
 			s.hint = ref.Leader
 		}
-		if ref.Leader != s.n.id {
+		if !s.forceLead {
 			sleep(ctx, syncRetry)
 		}
 	case gossip.SyncStale, gossip.SyncAhead:
@@ -331,6 +481,20 @@ func (s *syncer) refused(ctx context.Context, leader peer.ID, err error) {
 	default: // unsynced (it restarted) or rejected
 		s.lose(leader, err)
 	}
+}
+
+// catchingUp reports whether p, a member of our group that says it follows
+// us, is still to be waited for: for up to one sync timeout per round, after
+// which we lead in its place.
+func (s *syncer) catchingUp(p peer.ID) bool {
+	if !slices.Contains(s.state.Members, p) {
+		return false
+	}
+	w := &s.awaiting
+	if w.peer != p || w.round != s.state.Round {
+		w.peer, w.round, w.since = p, s.state.Round, time.Now()
+	}
+	return time.Since(w.since) < s.n.cfg.SyncTimeout
 }
 
 // leader is the peer that leads the next round as we see it: the lowest
@@ -590,7 +754,24 @@ func (s *syncer) adopt(res gossip.SyncState, joined bool) {
 		apply = c.ApplyChecked
 	}
 	var err error
-	if t.Stats().Steps == res.Round {
+	steps := t.Stats().Steps
+	switch a := s.ahead; {
+	case a != nil && !joined && steps == res.Round+1:
+		// Overlapped: we took a step from our own model since this
+		// round's contribution. Our model becomes the group's plus that
+		// step: our sent update (a.base - a.sent) swapped for the mean.
+		err = apply(func(w, _ []float32, p *params.Progress) error {
+			if err := swapUpdate(a.sent, w, res.Params, a.base, a.sent); err != nil {
+				return err
+			}
+			if err := params.CheckFinite(a.sent); err != nil {
+				return err
+			}
+			copy(w, a.sent)
+			*p = res.Progress + (*p - a.l.own.Progress)
+			return nil
+		})
+	case steps == res.Round:
 		err = apply(func(w, m []float32, p *params.Progress) error {
 			if len(res.Params) != len(w) || joined && len(res.Momentum) != len(m) {
 				return fmt.Errorf("node: sync model of %d values, ours has %d", len(res.Params), len(w))
@@ -608,7 +789,7 @@ func (s *syncer) adopt(res gossip.SyncState, joined bool) {
 			*p = res.Progress
 			return nil
 		})
-	} else {
+	default:
 		// A join: the group's step count too, so members stay in lockstep
 		// by step (round r is every member's step r).
 		st := t.State()
@@ -624,6 +805,22 @@ func (s *syncer) adopt(res gossip.SyncState, joined bool) {
 		return
 	}
 	s.settle(res)
+}
+
+// swapUpdate swaps an update sent to a round for the round's result: w is
+// our model some steps after our model at the round (base - sent, where
+// base is the group's model the round started from and sent our update),
+// group the round's model. dst (which may be sent) becomes group plus the
+// steps since.
+func swapUpdate(dst, w, group, base, sent []float32) error {
+	n := len(w)
+	if len(dst) != n || len(group) != n || len(base) != n || len(sent) != n {
+		return fmt.Errorf("node: sync model of %d values, ours has %d", len(group), n)
+	}
+	for i := range w {
+		dst[i] = w[i] + group[i] - (base[i] - sent[i])
+	}
+	return nil
 }
 
 // adoptOuter is diloco's adopt. A round's result is the mean

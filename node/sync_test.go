@@ -100,6 +100,88 @@ func TestSyncAverageIsDDPStep(t *testing.T) {
 	}
 }
 
+// TestSyncOverlapSwap pins --sync-overlap's math: members that send round
+// r's update while they take step r+1 from their own model, and then swap
+// that update for the round's mean (swapUpdate), each hold the group's
+// model plus their own step since, and the group's model is the start plus
+// every round's mean update: no member's step is lost or counted twice.
+func TestSyncOverlapSwap(t *testing.T) {
+	const n, k, rounds = 257, 4, 6
+	rng := rand.New(rand.NewPCG(3, 4))
+	vec := func(scale float64) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * scale)
+		}
+		return v
+	}
+	g0 := vec(1)
+	group := slices.Clone(g0)
+	want := make([]float64, n) // g0 plus every round's mean update
+	for i, v := range g0 {
+		want[i] = float64(v)
+	}
+	w := make([][]float32, k)
+	for j := range w {
+		w[j] = slices.Clone(g0)
+	}
+	var sent [][]float32 // the round in flight: each member's vector
+	var base []float32   // the group's model it started from
+	for r := range rounds {
+		last := make([][]float32, k)
+		for j := range w {
+			// The local step, from the member's own model.
+			last[j] = vec(0.1)
+			for i, u := range last[j] {
+				w[j][i] += u
+			}
+		}
+		if sent != nil {
+			// The round in flight ends: its mean update replaces each
+			// member's sent one.
+			next := make([]float32, n)
+			for i := range next {
+				var mean float64
+				for j := range sent {
+					mean += float64(sent[j][i]) / k
+				}
+				next[i] = base[i] - float32(mean)
+				want[i] -= mean
+			}
+			group = next
+			for j := range w {
+				// Into the sent vector, then the model, as adopt does.
+				if err := swapUpdate(sent[j], w[j], group, base, sent[j]); err != nil {
+					t.Fatal(err)
+				}
+				copy(w[j], sent[j])
+				for i := range w[j] {
+					if d := float64(w[j][i]) - float64(group[i]) - float64(last[j][i]); math.Abs(d) > 1e-5 {
+						t.Fatalf("round %d, member %d, element %d: model - group = %g, want its own last step %g",
+							r, j, i, w[j][i]-group[i], last[j][i])
+					}
+				}
+			}
+		}
+		// This step's round: each member's update against the group's model.
+		base, sent = group, make([][]float32, k)
+		for j := range w {
+			sent[j] = make([]float32, n)
+			for i := range sent[j] {
+				sent[j][i] = group[i] - w[j][i]
+			}
+		}
+	}
+	for i := range group {
+		if math.Abs(float64(group[i])-want[i]) > 1e-5 {
+			t.Fatalf("element %d: group model %g, start plus the rounds' mean updates %g", i, group[i], want[i])
+		}
+	}
+	if err := swapUpdate(make([]float32, 3), make([]float32, 3), group, base, sent[0]); err == nil {
+		t.Fatal("swapUpdate took vectors of different sizes")
+	}
+}
+
 func TestPreferGroup(t *testing.T) {
 	a, b := peer.ID("\x00\x01a"), peer.ID("\x00\x01b")
 	for _, c := range []struct {
@@ -474,9 +556,19 @@ func keepsGoing(t *testing.T, nodes []*syncRun, when string) {
 // are under way, and checks that all three end holding bit-identical
 // parameters at the same step.
 func TestSyncJoinIdentical(t *testing.T) {
+	// With --sync-overlap too: the round in flight when the run stops is
+	// applied, so the members end on the same model.
+	for _, overlap := range []bool{false, true} {
+		t.Run(fmt.Sprintf("overlap=%v", overlap), func(t *testing.T) { testSyncJoinIdentical(t, overlap) })
+	}
+}
+
+func testSyncJoinIdentical(t *testing.T, overlap bool) {
 	checkNoLeaks(t)
 	const steps = 120
-	nodes := newSyncNodes(t, "sync-join", []float64{1.5, 1.5, 1.5}, steps)
+	nodes := newSyncNodesWith(t, fmt.Sprintf("sync-join-%v", overlap), []float64{1.5, 1.5, 1.5}, func(c *Config) {
+		c.MaxSteps, c.SyncOverlap = steps, overlap
+	})
 	nodes[0].start()
 	nodes[1].start()
 	syncWait(t, time.Minute, "the first two to train together", func() bool {
@@ -518,8 +610,14 @@ func TestSyncJoinIdentical(t *testing.T) {
 // the sync timeout (a contribution that never comes), and go on as one
 // group within one timeout.
 func TestSyncKilledMidRound(t *testing.T) {
+	for _, overlap := range []bool{false, true} {
+		t.Run(fmt.Sprintf("overlap=%v", overlap), func(t *testing.T) { testSyncKilledMidRound(t, overlap) })
+	}
+}
+
+func testSyncKilledMidRound(t *testing.T, overlap bool) {
 	checkNoLeaks(t)
-	nodes := newSyncNodes(t, "sync-killed", []float64{1, 1, 1, 1}, 0)
+	nodes := newSyncNodesWith(t, fmt.Sprintf("sync-killed-%v", overlap), []float64{1, 1, 1, 1}, func(c *Config) { c.SyncOverlap = overlap })
 	for _, r := range nodes {
 		r.start()
 	}

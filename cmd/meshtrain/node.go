@@ -65,6 +65,8 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	holdout := fs.Int("holdout", d.Trust.Holdout, "samples of the local shard candidate merges are validated on (with --trust)")
 	syncTimeout := fs.Duration("sync-timeout", d.SyncTimeout,
 		"sync and diloco modes: how long a round waits for a member before dropping it (must exceed the slowest member's step; in diloco mode, its inner steps)")
+	syncOverlap := fs.Bool("sync-overlap", d.SyncOverlap,
+		"sync mode: run each round's all-reduce during the next local step, then swap the member's own update for the round's mean (one step of delay; false: DDP's exact step)")
 	innerSteps := fs.Int("inner-steps", d.InnerSteps, "diloco mode: local steps between two outer rounds (H)")
 	innerScaling := fs.String("inner-steps-scaling", d.InnerScaling,
 		"diloco mode: none, or speed (scale each member's inner steps by its speed over the group's fastest, so all finish a round together: DyLU)")
@@ -190,7 +192,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	cfg.Host.DiscoveryInterval, cfg.Host.RelayBootDelay = *discovery, *relayBoot
 	cfg.AvgInterval, cfg.Merger.Alpha, cfg.CatchUp, cfg.MaxUpload = *avgInterval, *alpha, *catchUp, *maxUpload
 	cfg.Trust.Enabled, cfg.Trust.Holdout = *trust, *holdout
-	cfg.SyncTimeout = *syncTimeout
+	cfg.SyncTimeout, cfg.SyncOverlap = *syncTimeout, *syncOverlap
 	cfg.InnerSteps, cfg.InnerScaling, cfg.OuterLR, cfg.OuterMomentum = *innerSteps, *innerScaling, *outerLR, *outerMomentum
 	cfg.OuterEvery = *outerEvery
 	cfg.EvalEvery = *evalEvery
