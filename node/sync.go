@@ -265,33 +265,11 @@ func (s *syncer) round(ctx context.Context, l local) error {
 			continue
 		}
 		res, err := s.svc.Contribute(ctx, leader, l.own)
-		if s.contributed(ctx, leader, &l, res, err) {
+		if s.answered(ctx, leader, &l, res, err) {
 			return nil
 		}
 	}
 	return ctx.Err()
-}
-
-// contributed handles the answer to our contribution to leader's round:
-// true once its average is applied.
-func (s *syncer) contributed(ctx context.Context, leader peer.ID, l *local, res gossip.SyncState, err error) bool {
-	switch {
-	case err == nil:
-		s.adopt(res, false)
-		return true
-	case ctx.Err() != nil:
-		return false
-	case errors.Is(err, gossip.ErrAllReduce):
-		// A member failed mid-round. The members that finished hold the
-		// round's model and the leader (if it finished) serves it; we
-		// join again, and our vector is a partial mean.
-		s.log.Info("sync all-reduce failed", "round", l.own.Round, "err", err)
-		s.reduceFailed(err)
-		s.unsync(leader)
-		return false
-	}
-	s.refused(ctx, leader, err)
-	return false
 }
 
 // lead runs a round we lead; false means the round could not be run here
@@ -301,7 +279,7 @@ func (s *syncer) lead(ctx context.Context, l *local) bool {
 		return s.synced
 	}
 	res, err := s.svc.Reduce(ctx, l.own)
-	return s.reduced(ctx, l, res, err)
+	return s.answered(ctx, s.n.id, l, res, err)
 }
 
 // openRound readies the round we lead: false if we merged into a group
@@ -318,16 +296,17 @@ func (s *syncer) openRound(ctx context.Context, l *local) bool {
 	return true
 }
 
-// reduced handles the end of a round we led: true once we hold a group
-// model.
-func (s *syncer) reduced(ctx context.Context, l *local, res gossip.SyncState, err error) bool {
+// answered handles the end of our part in leader's round (we may lead
+// it): true once we hold a group model.
+func (s *syncer) answered(ctx context.Context, leader peer.ID, l *local, res gossip.SyncState, err error) bool {
+	led := leader == s.n.id
 	switch {
 	case err == nil:
 		s.adopt(res, false)
 		return true
 	case ctx.Err() != nil:
 		return false
-	case errors.Is(err, gossip.ErrAllReduce):
+	case errors.Is(err, gossip.ErrAllReduce) && led:
 		// A member failed mid-round. We found a group anew from our own
 		// model (the members that did finish are refused by the new
 		// group's nonce and join it, as do the others): within one
@@ -338,9 +317,20 @@ func (s *syncer) reduced(ctx context.Context, l *local, res gossip.SyncState, er
 		s.ahead = nil
 		s.found(ctx)
 		return s.synced
+	case errors.Is(err, gossip.ErrAllReduce):
+		// The members that finished hold the round's model and the
+		// leader (if it finished) serves it; we join again, and our
+		// vector is a partial mean.
+		s.log.Info("sync all-reduce failed", "round", l.own.Round, "err", err)
+		s.reduceFailed(err)
+		s.unsync(leader)
+		return false
+	case led:
+		s.log.Warn("sync round failed", "round", l.own.Round, "err", err)
+		s.unsync("")
+		return false
 	}
-	s.log.Warn("sync round failed", "round", l.own.Round, "err", err)
-	s.unsync("")
+	s.refused(ctx, leader, err)
 	return false
 }
 
@@ -377,14 +367,8 @@ func (s *syncer) stepAhead(ctx context.Context) error {
 			copy(p.l.own.Params, p.sent) // to be sent again
 		}
 		s.ahead = p
-		var done bool
-		if p.leader == s.n.id {
-			done = s.reduced(ctx, &p.l, p.res, p.err)
-		} else {
-			done = s.contributed(ctx, p.leader, &p.l, p.res, p.err)
-		}
 		var err error
-		if !done {
+		if !s.answered(ctx, p.leader, &p.l, p.res, p.err) {
 			err = s.round(ctx, p.l)
 		}
 		s.ahead = nil
