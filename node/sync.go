@@ -173,20 +173,15 @@ func (n *Node) SyncStatus() SyncStatus {
 	return v
 }
 
-// local is our contribution to a round (the all-reduce overwrites
-// own.Params with the round's mean).
-type local struct {
-	own gossip.Contribution
-}
-
-// current takes the trainer's model, between two steps. We contribute
-// what our steps since the group's model moved it (the group's model minus
-// ours): in sync mode our one step's update, to round = our step; in diloco
+// current is our contribution to a round, from the trainer's model between
+// two steps (the all-reduce overwrites its Params with the round's mean).
+// We contribute what our steps since the group's model moved it (the
+// group's model minus ours): in sync mode our one step's update, to round = our step; in diloco
 // mode our pseudo-gradient, to the next outer round. An update, not the
 // parameters, so that it can travel as fp16 (--wire-dtype). Sync mode reads
 // the parameters alone (into a buffer kept for it), not the whole state: it
 // runs every step.
-func (s *syncer) current() local {
+func (s *syncer) current() gossip.Contribution {
 	snap := s.n.trainer.SnapshotInto(s.scratch) // between two steps: nobody else steps
 	s.scratch = snap.Params
 	d := make([]float32, len(snap.Params))
@@ -197,7 +192,7 @@ func (s *syncer) current() local {
 	if s.outer != nil {
 		round = s.state.Round + 1
 	}
-	return local{own: gossip.Contribution{Round: round, Progress: snap.Progress, Base: s.state.Group, Params: d}}
+	return gossip.Contribution{Round: round, Progress: snap.Progress, Base: s.state.Group, Params: d}
 }
 
 // founding is the group we would found with our model, between two steps:
@@ -241,9 +236,9 @@ func (s *syncer) step(ctx context.Context) error {
 	return s.round(ctx, s.current())
 }
 
-// round contributes l to our group's next round until we hold a group
+// round contributes c to our group's next round until we hold a group
 // model: the round's average, or a group's we joined or founded.
-func (s *syncer) round(ctx context.Context, l local) error {
+func (s *syncer) round(ctx context.Context, c gossip.Contribution) error {
 	for ctx.Err() == nil {
 		if !s.synced {
 			// The round our last step was to be swapped into, if any, is
@@ -256,16 +251,16 @@ func (s *syncer) round(ctx context.Context, l local) error {
 			}
 			continue
 		}
-		l.own.Base = s.state.Group
+		c.Base = s.state.Group
 		leader := s.leader()
 		if leader == s.n.id {
-			if s.lead(ctx, &l) {
+			if s.lead(ctx, c) {
 				return nil
 			}
 			continue
 		}
-		res, err := s.svc.Contribute(ctx, leader, l.own)
-		if s.answered(ctx, leader, &l, res, err) {
+		res, err := s.svc.Contribute(ctx, leader, c)
+		if s.answered(ctx, leader, c.Round, res, err) {
 			return nil
 		}
 	}
@@ -274,31 +269,31 @@ func (s *syncer) round(ctx context.Context, l local) error {
 
 // lead runs a round we lead; false means the round could not be run here
 // and the caller should look again at who leads.
-func (s *syncer) lead(ctx context.Context, l *local) bool {
-	if !s.openRound(ctx, l) {
+func (s *syncer) lead(ctx context.Context, c gossip.Contribution) bool {
+	if !s.openRound(ctx, c.Round) {
 		return s.synced
 	}
-	res, err := s.svc.Reduce(ctx, l.own)
-	return s.answered(ctx, s.n.id, l, res, err)
+	res, err := s.svc.Reduce(ctx, c)
+	return s.answered(ctx, s.n.id, c.Round, res, err)
 }
 
 // openRound readies the round we lead: false if we merged into a group
 // further along instead (synced) or cannot lead (unsynced).
-func (s *syncer) openRound(ctx context.Context, l *local) bool {
+func (s *syncer) openRound(ctx context.Context, round int64) bool {
 	if s.merge(ctx) {
 		return false
 	}
 	if err := s.svc.Lead(s.leadBase()); err != nil {
-		s.log.Warn("cannot lead the sync round", "round", l.own.Round, "err", err)
+		s.log.Warn("cannot lead the sync round", "round", round, "err", err)
 		s.unsync("")
 		return false
 	}
 	return true
 }
 
-// answered handles the end of our part in leader's round (we may lead
-// it): true once we hold a group model.
-func (s *syncer) answered(ctx context.Context, leader peer.ID, l *local, res gossip.SyncState, err error) bool {
+// answered handles the end of our part in leader's round number round
+// (we may lead it): true once we hold a group model.
+func (s *syncer) answered(ctx context.Context, leader peer.ID, round int64, res gossip.SyncState, err error) bool {
 	led := leader == s.n.id
 	switch {
 	case err == nil:
@@ -311,7 +306,7 @@ func (s *syncer) answered(ctx context.Context, leader peer.ID, l *local, res gos
 		// model (the members that did finish are refused by the new
 		// group's nonce and join it, as do the others): within one
 		// timeout the rest go on, and the failed member is not waited for.
-		s.log.Info("sync all-reduce failed; founding the group anew", "round", l.own.Round, "err", err)
+		s.log.Info("sync all-reduce failed; founding the group anew", "round", round, "err", err)
 		s.reduceFailed(err)
 		s.svc.Unsync()
 		s.ahead = nil
@@ -321,12 +316,12 @@ func (s *syncer) answered(ctx context.Context, leader peer.ID, l *local, res gos
 		// The members that finished hold the round's model and the
 		// leader (if it finished) serves it; we join again, and our
 		// vector is a partial mean.
-		s.log.Info("sync all-reduce failed", "round", l.own.Round, "err", err)
+		s.log.Info("sync all-reduce failed", "round", round, "err", err)
 		s.reduceFailed(err)
 		s.unsync(leader)
 		return false
 	case led:
-		s.log.Warn("sync round failed", "round", l.own.Round, "err", err)
+		s.log.Warn("sync round failed", "round", round, "err", err)
 		s.unsync("")
 		return false
 	}
@@ -338,8 +333,8 @@ func (s *syncer) answered(ctx context.Context, leader peer.ID, l *local, res gos
 // (--sync-overlap): our contribution, and the round's answer once done is
 // closed.
 type inFlight struct {
-	l      local
-	sent   []float32 // our vector as sent (the all-reduce overwrites l.own.Params)
+	c      gossip.Contribution
+	sent   []float32 // our vector as sent (the all-reduce overwrites c.Params)
 	base   []float32 // the group's model our step started from
 	leader peer.ID
 	done   chan struct{}
@@ -364,12 +359,12 @@ func (s *syncer) stepAhead(ctx context.Context) error {
 			return ctx.Err()
 		}
 		if p.err != nil {
-			copy(p.l.own.Params, p.sent) // to be sent again
+			copy(p.c.Params, p.sent) // to be sent again
 		}
 		s.ahead = p
 		var err error
-		if !s.answered(ctx, p.leader, &p.l, p.res, p.err) {
-			err = s.round(ctx, p.l)
+		if !s.answered(ctx, p.leader, p.c.Round, p.res, p.err) {
+			err = s.round(ctx, p.c)
 		}
 		s.ahead = nil
 		if err != nil {
@@ -386,20 +381,18 @@ func (s *syncer) stepAhead(ctx context.Context) error {
 
 // launch sets our last step's round going in the background.
 func (s *syncer) launch(ctx context.Context) {
-	l := s.current()
-	l.own.Base = s.state.Group
+	c := s.current()
 	leader := s.leader()
-	if leader == s.n.id && !s.openRound(ctx, &l) {
+	if leader == s.n.id && !s.openRound(ctx, c.Round) {
 		return // merged (our step is dropped) or unsynced (the next step joins)
 	}
-	p := &inFlight{l: l, sent: slices.Clone(l.own.Params), base: s.state.Params, leader: leader, done: make(chan struct{})}
-	own := l.own
+	p := &inFlight{c: c, sent: slices.Clone(c.Params), base: s.state.Params, leader: leader, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		if leader == s.n.id {
-			p.res, p.err = s.svc.Reduce(ctx, own)
+			p.res, p.err = s.svc.Reduce(ctx, c)
 		} else {
-			p.res, p.err = s.svc.Contribute(ctx, leader, own)
+			p.res, p.err = s.svc.Contribute(ctx, leader, c)
 		}
 	}()
 	s.pending = p
@@ -752,7 +745,7 @@ func (s *syncer) adopt(res gossip.SyncState, joined bool) {
 				return err
 			}
 			copy(w, a.sent)
-			*p = res.Progress + (*p - a.l.own.Progress)
+			*p = res.Progress + (*p - a.c.Progress)
 			return nil
 		})
 	case steps == res.Round:

@@ -28,14 +28,7 @@ import (
 func TestSyncAverageIsDDPStep(t *testing.T) {
 	const n, k, lr, rounds = 257, 4, 0.05, 5
 	opt := train.SGD{Momentum: 0.9, WeightDecay: 5e-4}
-	rng := rand.New(rand.NewPCG(1, 2))
-	vec := func(scale float64) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64() * scale)
-		}
-		return v
-	}
+	vec := normals(rand.New(rand.NewPCG(1, 2)), n)
 	w0, m0 := vec(1), vec(0.1)
 	// DDP: one model, one momentum, steps on the mean gradient.
 	w, m := slices.Clone(w0), slices.Clone(m0)
@@ -107,14 +100,7 @@ func TestSyncAverageIsDDPStep(t *testing.T) {
 // every round's mean update: no member's step is lost or counted twice.
 func TestSyncOverlapSwap(t *testing.T) {
 	const n, k, rounds = 257, 4, 6
-	rng := rand.New(rand.NewPCG(3, 4))
-	vec := func(scale float64) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64() * scale)
-		}
-		return v
-	}
+	vec := normals(rand.New(rand.NewPCG(3, 4)), n)
 	g0 := vec(1)
 	group := slices.Clone(g0)
 	want := make([]float64, n) // g0 plus every round's mean update
@@ -179,6 +165,17 @@ func TestSyncOverlapSwap(t *testing.T) {
 	}
 	if err := swapUpdate(make([]float32, 3), make([]float32, 3), group, base, sent[0]); err == nil {
 		t.Fatal("swapUpdate took vectors of different sizes")
+	}
+}
+
+// normals returns a source of n-vectors of normal values at a scale.
+func normals(rng *rand.Rand, n int) func(scale float64) []float32 {
+	return func(scale float64) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * scale)
+		}
+		return v
 	}
 }
 
