@@ -104,7 +104,10 @@ type Config struct {
 	// member's own update of step r is swapped for it. Every member then
 	// holds the group's model plus its one step since, so the next round's
 	// contributions still start from one group model. Off, a round ends
-	// before the next step begins (DDP's exact semantics).
+	// before the next step begins (DDP's exact semantics). Off by default:
+	// on label-skewed shards each member's own last update, momentum
+	// included, pulls its model away from the group's, and the benchmark
+	// needed 2.6x the samples (docs/benchmarks.md).
 	SyncOverlap bool
 	// InnerSteps (diloco mode) is the local steps between two outer
 	// rounds, >= 1; InnerScaling is InnerScalingNone or InnerScalingSpeed.

@@ -66,7 +66,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	syncTimeout := fs.Duration("sync-timeout", d.SyncTimeout,
 		"sync and diloco modes: how long a round waits for a member before dropping it (must exceed the slowest member's step; in diloco mode, its inner steps)")
 	syncOverlap := fs.Bool("sync-overlap", d.SyncOverlap,
-		"sync mode: run each round's all-reduce during the next local step, then swap the member's own update for the round's mean (one step of delay; false: DDP's exact step)")
+		"sync mode: run each round's all-reduce during the next local step, then swap the member's own update for the round's mean (one step of delay: for iid data; on label-skewed data it needs far more samples; false: DDP's exact step)")
 	innerSteps := fs.Int("inner-steps", d.InnerSteps, "diloco mode: local steps between two outer rounds (H)")
 	innerScaling := fs.String("inner-steps-scaling", d.InnerScaling,
 		"diloco mode: none, or speed (scale each member's inner steps by its speed over the group's fastest, so all finish a round together: DyLU)")
