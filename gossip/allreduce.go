@@ -296,6 +296,7 @@ type AllReducer struct {
 	c     *Counters
 	pool  sync.Pool
 	runMu sync.Mutex // one reduction at a time
+	own   []float32  // our segment's sum, kept across reductions (runMu)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -315,8 +316,9 @@ type AllReducer struct {
 
 // reduceLink is our outbound stream to one peer.
 type reduceLink struct {
-	mu sync.Mutex
-	st network.Stream
+	mu      sync.Mutex
+	st      network.Stream
+	scratch []byte // a message's payload as sent, kept across messages (mu)
 }
 
 // NewAllReducer validates cfg and registers the protocol handler on h.
@@ -672,7 +674,10 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 	k := len(op.members)
 	n := len(buf)
 	lo, hi := segment(n, k, me)
-	own := slices.Clone(buf[lo:hi]) // the sum of our segment, ours first
+	// The sum of our segment, ours first. Its buffer is kept: the senders
+	// that read it are done when run returns (senders.Wait above).
+	a.own = append(a.own[:0], buf[lo:hi]...)
+	own := a.own
 
 	sendErr := make(chan error, 2*k)
 	scattered := make([]chan struct{}, k)
@@ -856,7 +861,8 @@ func (a *AllReducer) send(ctx context.Context, p peer.ID, kind byte, dt DType, i
 		}
 	}()
 	x := &streamIO{ctx: ctx, st: st, c: a.c, timeout: a.cfg.ChunkTimeout, lim: a.cfg.UploadLimiter}
-	var scratch []byte
+	scratch := l.scratch
+	defer func() { l.scratch = scratch }()
 	for len(v) > 0 {
 		c := min(len(v), a.cfg.ChunkElements)
 		h := reduceHeader{kind: kind, dtype: FP32, id: id, total: uint64(total), offset: uint64(off), count: uint32(c)}
