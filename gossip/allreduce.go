@@ -674,8 +674,9 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 	k := len(op.members)
 	n := len(buf)
 	lo, hi := segment(n, k, me)
-	// The sum of our segment, ours first. Its buffer is kept: the senders
-	// that read it are done when run returns (senders.Wait above).
+	// The sum of our segment, ours first. Its buffer is kept across
+	// reductions, which runMu serializes; only this goroutine touches it
+	// (the senders send from buf).
 	a.own = append(a.own[:0], buf[lo:hi]...)
 	own := a.own
 
