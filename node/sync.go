@@ -176,11 +176,11 @@ func (n *Node) SyncStatus() SyncStatus {
 // current is our contribution to a round, from the trainer's model between
 // two steps (the all-reduce overwrites its Params with the round's mean).
 // We contribute what our steps since the group's model moved it (the
-// group's model minus ours): in sync mode our one step's update, to round = our step; in diloco
-// mode our pseudo-gradient, to the next outer round. An update, not the
-// parameters, so that it can travel as fp16 (--wire-dtype). Sync mode reads
-// the parameters alone (into a buffer kept for it), not the whole state: it
-// runs every step.
+// group's model minus ours): in sync mode our one step's update, to round =
+// our step; in diloco mode our pseudo-gradient, to the next outer round. An
+// update, not the parameters, so that it can travel as fp16 (--wire-dtype).
+// It reads the parameters alone (into a buffer kept for it), not the whole
+// state: in sync mode it runs every step.
 func (s *syncer) current() gossip.Contribution {
 	snap := s.n.trainer.SnapshotInto(s.scratch) // between two steps: nobody else steps
 	s.scratch = snap.Params
