@@ -199,10 +199,11 @@ func (a *averager) catchUp(ctx context.Context, best peer.ID, send func(Event)) 
 	}
 	n.resetAverage()
 	n.tookIn(time.Now(), remote.Age, true)
-	a.catchups.Add(1)
 	s := n.trainer.Stats()
 	send(Event{Event: "catchup", Step: s.Steps, Progress: float64(s.Progress),
 		Message: fmt.Sprintf("pulled the model of %s (progress %.0f, ours was %.0f)", best, float64(remote.Progress), float64(before))})
+	// Counted once the event is out: whoever sees the count finds it.
+	a.catchups.Add(1)
 }
 
 // input is what the merge core judges a remote model on: our model now,
