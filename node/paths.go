@@ -27,7 +27,9 @@ import (
 //   - left out while it waits out a backoff after a failed attempt;
 //   - a candidate if a direct connection is open;
 //   - left out if only a relayed one is (a hole punch is under way or
-//     failed: the pair is skipped, see docs/operations.md);
+//     failed: the pair is skipped, see docs/operations.md); if no hole
+//     punch ever started on it, the relayed connection is closed
+//     (Host.RetryRelayed), so that the next round dials a new one;
 //   - dialed in the background if it is not connected at all, and left out
 //     this round: the next round finds it connected, or the dial failed
 //     and the peer backs off (unless it announces new addresses: a peer
@@ -57,6 +59,7 @@ type pathFinder interface {
 	PathTo(peer.ID) PeerPath
 	PathKind(peer.ID) Path
 	Reach(p peer.ID, addrs []ma.Multiaddr, done func(peer.ID, error)) bool
+	RetryRelayed(p peer.ID, now time.Time) bool
 }
 
 // reachState is the averager's reachability bookkeeping. The averager
@@ -74,6 +77,7 @@ type reachState struct {
 	failure error
 
 	started, relayedSkips, dials, dialsFailed atomic.Int64
+	relayRetries                              atomic.Int64  // relayed connections closed for a new one (RetryRelayed)
 	backingOff                                atomic.Int64  // partners left out for a backoff in the latest round
 	share                                     atomic.Uint64 // float64 bits: failed share of recent
 
@@ -121,6 +125,13 @@ func (r *reachState) candidates(peers []gossip.PeerInfo, now time.Time) []merge.
 			out = append(out, merge.Candidate{Peer: id, Progress: p.Progress})
 		case PathRelayed:
 			r.relayedSkips.Add(1)
+			if r.host.RetryRelayed(p.Peer, now) {
+				// A new relayed connection after the backoff, and a hole
+				// punch on it; a peer that never punches is retried ever
+				// more rarely.
+				r.relayRetries.Add(1)
+				r.backoff.Fail(id, now)
+			}
 		default:
 			if r.host.Reach(p.Peer, announcedAddrs(p.Addrs), r.report) {
 				r.dials.Add(1)

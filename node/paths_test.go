@@ -38,6 +38,8 @@ func (f *fakePaths) PathTo(p peer.ID) PeerPath {
 
 func (f *fakePaths) PathKind(p peer.ID) Path { return f.PathTo(p).Path }
 
+func (f *fakePaths) RetryRelayed(peer.ID, time.Time) bool { return false }
+
 func (f *fakePaths) Reach(p peer.ID, addrs []ma.Multiaddr, _ func(peer.ID, error)) bool {
 	if f.inFlight[p] {
 		return false

@@ -69,6 +69,12 @@ const holePunchWait = 40 * time.Second
 // reachDialTimeout bounds one background dial.
 const reachDialTimeout = 20 * time.Second
 
+// relayRetryAfter is how long a relayed connection may stay open without a
+// hole punch starting on it before RetryRelayed closes it for a new one.
+// libp2p starts DCUtR within a second or two of a relayed connection
+// opening, once identify has run over it.
+const relayRetryAfter = 20 * time.Second
+
 // ErrRelayedOnly is a background dial's outcome when the peer could be
 // reached through a relay only: the hole punch failed or did not happen
 // within its time.
@@ -88,7 +94,11 @@ type reachWatch struct {
 	reaching map[peer.ID]bool      // background dials under way
 	closed   bool                  // the host is closing: no new dials
 
-	punchWait time.Duration // holePunchWait unless a test shortens it
+	punchWait  time.Duration // holePunchWait unless a test shortens it
+	retryAfter time.Duration // relayRetryAfter unless a test shortens it
+	// lastPunch is when the latest hole punch with each peer started or
+	// ended (either side started it).
+	lastPunch map[peer.ID]time.Time
 
 	punchTotal, punchOK atomic.Int64
 	relay               relayStats
@@ -102,7 +112,7 @@ type punchStats struct {
 
 func newReachWatch() *reachWatch {
 	return &reachWatch{punches: map[peer.ID]*punchStats{}, started: map[peer.ID]time.Time{},
-		punched: map[string]peer.ID{}, reaching: map[peer.ID]bool{}}
+		punched: map[string]peer.ID{}, reaching: map[peer.ID]bool{}, lastPunch: map[peer.ID]time.Time{}}
 }
 
 func (w *reachWatch) setNetwork(nw network.Network) { w.net.Store(&nw) }
@@ -119,6 +129,12 @@ func (w *reachWatch) close() {
 func (w *reachWatch) Trace(evt *holepunch.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if evt.Type == holepunch.StartHolePunchEvtT || evt.Type == holepunch.EndHolePunchEvtT {
+		if len(w.lastPunch) >= maxPunchPeers {
+			clear(w.lastPunch)
+		}
+		w.lastPunch[evt.Remote] = time.Unix(0, evt.Timestamp)
+	}
 	switch evt.Type {
 	case holepunch.StartHolePunchEvtT:
 		if _, ok := w.started[evt.Remote]; !ok {
@@ -319,6 +335,48 @@ func (n *Host) reachOnce(ctx context.Context, p peer.ID, addrs []ma.Multiaddr) e
 			}
 		}
 	}
+}
+
+// RetryRelayed closes the relayed connections to p when p is reached
+// through a relay only and no hole punch has started with p since the
+// newest of them opened, relayRetryAfter or more ago; it reports whether it
+// closed them. libp2p starts a hole punch only when a relayed connection
+// opens, and only if both sides have learned their public addresses by
+// then (go-libp2p issue 3024): a pair that met sooner would stay relayed,
+// with no model between them, until the relay's limit (2 minutes) ends the
+// connection. Once it is closed, the averager's next dial opens a new one,
+// and the hole punch starts on it. A pair whose hole punch was tried and
+// failed (a symmetric NAT) is left alone, as docs/operations.md says.
+func (n *Host) RetryRelayed(p peer.ID, now time.Time) bool {
+	var relayed []network.Conn
+	var newest time.Time
+	for _, c := range n.Network().ConnsToPeer(p) {
+		if !c.Stat().Limited {
+			return false
+		}
+		relayed = append(relayed, c)
+		if o := c.Stat().Opened; o.After(newest) {
+			newest = o
+		}
+	}
+	wait := n.reach.retryAfter
+	if wait == 0 {
+		wait = relayRetryAfter
+	}
+	if len(relayed) == 0 || now.Sub(newest) < wait {
+		return false
+	}
+	n.reach.mu.Lock()
+	_, underway := n.reach.started[p]
+	last, punched := n.reach.lastPunch[p]
+	n.reach.mu.Unlock()
+	if underway || (punched && !last.Before(newest)) {
+		return false
+	}
+	for _, c := range relayed {
+		_ = c.Close()
+	}
+	return true
 }
 
 // Reachability is what a node knows of its own reachability and of the

@@ -158,3 +158,97 @@ func TestRelayedPeer(t *testing.T) {
 		t.Errorf("a closed hole-punched connection is still marked: %+v", pp)
 	}
 }
+
+// A relayed connection on which no hole punch ever started (libp2p starts
+// one only as the connection opens, and not at all if a side did not know
+// its public address yet) is closed once relayRetryAfter has passed, so
+// that the next round dials a new one; one on which a hole punch was
+// tried, and failed, is kept, as is one a punch is under way on, or a
+// young one. A retried peer backs off before the new dial.
+func TestRelayedPeerWithoutHolePunchIsRetried(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := loopbackHost(t)
+	if _, err := relayv2.New(r, relayv2.WithLimit(relayLimit())); err != nil {
+		t.Fatal(err)
+	}
+	a := loopbackHost(t) // behind the relay
+	b := wrapHost(t, loopbackHost(t), HostConfig{Profile: ProfilePublic}, 100*time.Millisecond)
+	b.reach.retryAfter = time.Minute
+	rInfo := peer.AddrInfo{ID: r.ID(), Addrs: r.Addrs()}
+	if err := a.Connect(ctx, rInfo); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Reserve(ctx, a, rInfo); err != nil {
+		t.Fatalf("reservation on the relay: %v", err)
+	}
+	circuit := ma.StringCast(r.Addrs()[0].String() + "/p2p/" + r.ID().String() + "/p2p-circuit")
+	done := make(chan error, 1)
+	if !b.Reach(a.ID(), []ma.Multiaddr{circuit}, func(_ peer.ID, err error) { done <- err }) {
+		t.Fatal("Reach refused the first dial")
+	}
+	if err := <-done; !errors.Is(err, ErrRelayedOnly) {
+		t.Fatalf("background dial through the relay: %v, want ErrRelayedOnly", err)
+	}
+	conns := b.Network().ConnsToPeer(a.ID())
+	if len(conns) != 1 || !conns[0].Stat().Limited {
+		t.Fatalf("want one relayed connection, have %d", len(conns))
+	}
+	opened := conns[0].Stat().Opened
+	later := opened.Add(b.reach.retryAfter)
+	punch := func(typ string, at time.Time) {
+		b.reach.Trace(&holepunch.Event{Timestamp: at.UnixNano(), Remote: a.ID(), Type: typ, Evt: &holepunch.EndHolePunchEvt{}})
+	}
+
+	if b.RetryRelayed(a.ID(), later.Add(-time.Millisecond)) {
+		t.Error("a relayed connection younger than relayRetryAfter was closed")
+	}
+	punch(holepunch.StartHolePunchEvtT, opened.Add(-2*time.Second))
+	if b.RetryRelayed(a.ID(), later) {
+		t.Error("a relayed connection was closed while a hole punch was under way")
+	}
+	punch(holepunch.EndHolePunchEvtT, opened.Add(time.Millisecond))
+	if b.RetryRelayed(a.ID(), later) {
+		t.Error("a relayed connection whose hole punch failed was closed (a symmetric NAT: the pair stays skipped)")
+	}
+	if b.PathKind(a.ID()) != PathRelayed {
+		t.Fatal("the relayed connection is gone")
+	}
+
+	// The latest punch ended before this connection opened: none started
+	// on it.
+	punch(holepunch.StartHolePunchEvtT, opened.Add(-2*time.Second))
+	punch(holepunch.EndHolePunchEvtT, opened.Add(-time.Second))
+	rs := newReachState(b)
+	peers := []gossip.PeerInfo{info(a.ID(), 1)}
+	if got := rs.candidates(peers, later); len(got) != 0 {
+		t.Errorf("a relayed peer is a candidate: %v", got)
+	}
+	if rs.relayedSkips.Load() != 1 || rs.relayRetries.Load() != 1 {
+		t.Errorf("relayed skips %d, retries %d; want 1 and 1", rs.relayedSkips.Load(), rs.relayRetries.Load())
+	}
+	if kind := b.PathKind(a.ID()); kind != PathNone {
+		t.Fatalf("path after the retry: %s, want none", kind)
+	}
+	rs.candidates(peers, later)
+	if rs.dials.Load() != 0 || rs.backingOff.Load() != 1 {
+		t.Errorf("right after the retry: %d dials, %d backing off; want 0 and 1", rs.dials.Load(), rs.backingOff.Load())
+	}
+	rs.candidates(peers, later.Add(reachBackoffMax))
+	if rs.dials.Load() != 1 {
+		t.Errorf("after the backoff: %d dials, want 1", rs.dials.Load())
+	}
+	select {
+	case res := <-rs.results:
+		// On loopback, b has learned a's own addresses by now and may
+		// reach it directly.
+		if res.err != nil && !errors.Is(res.err, ErrRelayedOnly) {
+			t.Fatalf("the new dial: %v", res.err)
+		}
+		if kind := b.PathKind(a.ID()); kind == PathNone {
+			t.Fatalf("the new dial reported %v, but there is no connection", res.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the new dial never reported")
+	}
+}
