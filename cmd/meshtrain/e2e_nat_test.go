@@ -211,6 +211,9 @@ func (s *natSwarm) peerEntry(i int, id string) *natPeer {
 // (no merges between them, no stream of failed exchanges), and both still
 // train with the public node. The two topologies run side by side.
 func TestE2ENATTraversal(t *testing.T) {
+	// Mostly waiting (about a third of a core over its 90 s): it runs
+	// beside the other tests that wait, in namespaces of its own.
+	t.Parallel()
 	if _, err := exec.LookPath("iptables"); err != nil {
 		t.Fatalf("this test needs iptables for the routers' NAT (apt-get install -y iptables): %v", err)
 	}

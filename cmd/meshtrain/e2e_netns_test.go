@@ -50,6 +50,9 @@ func nodeFlags(profile string, duration time.Duration) []string {
 // the only way they can meet is mDNS, and each must end up merging with
 // both others.
 func TestE2EMDNSInNetns(t *testing.T) {
+	// Mostly waiting, in namespaces of its own: it runs beside the other
+	// tests that wait.
+	t.Parallel()
 	lab := newNetnsLab(t, "mdns")
 	br := lab.add("br")
 	// Snooping off: with no IGMP querier on this LAN, the bridge must
