@@ -50,6 +50,21 @@ func wrapHost(t *testing.T, h host.Host, cfg HostConfig, punchWait time.Duration
 	return n
 }
 
+// behindRelay starts a host with a reservation on the circuit relay r and
+// returns it with its relayed address.
+func behindRelay(ctx context.Context, t *testing.T, r host.Host) (host.Host, ma.Multiaddr) {
+	t.Helper()
+	a := loopbackHost(t)
+	rInfo := peer.AddrInfo{ID: r.ID(), Addrs: r.Addrs()}
+	if err := a.Connect(ctx, rInfo); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Reserve(ctx, a, rInfo); err != nil {
+		t.Fatalf("reservation on the relay: %v", err)
+	}
+	return a, ma.StringCast(r.Addrs()[0].String() + "/p2p/" + r.ID().String() + "/p2p-circuit")
+}
+
 // On loopback, with a real circuit relay: a peer reached through the relay
 // only is on the relayed path, a background dial that gets no further
 // reports ErrRelayedOnly, the averager leaves the peer out without a dial
@@ -65,17 +80,8 @@ func TestRelayedPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	relayHost := &Host{Host: r, cfg: HostConfig{Profile: ProfilePublic, DHTServer: true}, reach: relayWatch}
-	a := loopbackHost(t) // behind the relay
+	a, circuit := behindRelay(ctx, t, r)
 	b := wrapHost(t, loopbackHost(t), HostConfig{Profile: ProfilePublic}, 300*time.Millisecond)
-
-	rInfo := peer.AddrInfo{ID: r.ID(), Addrs: r.Addrs()}
-	if err := a.Connect(ctx, rInfo); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.Reserve(ctx, a, rInfo); err != nil {
-		t.Fatalf("reservation on the relay: %v", err)
-	}
-	circuit := ma.StringCast(r.Addrs()[0].String() + "/p2p/" + r.ID().String() + "/p2p-circuit")
 
 	if got, kind := b.PathTo(a.ID()).Path, b.PathKind(a.ID()); got != PathNone || kind != got {
 		t.Fatalf("path before any dial: %s (kind %s)", got, kind)
@@ -172,17 +178,9 @@ func TestRelayedPeerWithoutHolePunchIsRetried(t *testing.T) {
 	if _, err := relayv2.New(r, relayv2.WithLimit(relayLimit())); err != nil {
 		t.Fatal(err)
 	}
-	a := loopbackHost(t) // behind the relay
+	a, circuit := behindRelay(ctx, t, r)
 	b := wrapHost(t, loopbackHost(t), HostConfig{Profile: ProfilePublic}, 100*time.Millisecond)
 	b.reach.retryAfter = time.Minute
-	rInfo := peer.AddrInfo{ID: r.ID(), Addrs: r.Addrs()}
-	if err := a.Connect(ctx, rInfo); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.Reserve(ctx, a, rInfo); err != nil {
-		t.Fatalf("reservation on the relay: %v", err)
-	}
-	circuit := ma.StringCast(r.Addrs()[0].String() + "/p2p/" + r.ID().String() + "/p2p-circuit")
 	done := make(chan error, 1)
 	if !b.Reach(a.ID(), []ma.Multiaddr{circuit}, func(_ peer.ID, err error) { done <- err }) {
 		t.Fatal("Reach refused the first dial")
