@@ -373,6 +373,8 @@ func (n *Host) RetryRelayed(p peer.ID, now time.Time) bool {
 	if underway || (punched && !last.Before(newest)) {
 		return false
 	}
+	n.log.Info("no hole punch started on the relayed connection; closing it, the next dial opens a new one",
+		"peer", p, "open", now.Sub(newest).Round(time.Second))
 	for _, c := range relayed {
 		_ = c.Close()
 	}

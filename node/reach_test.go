@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func wrapHost(t *testing.T, h host.Host, cfg HostConfig, punchWait time.Duration
 	w.setNetwork(h.Network())
 	h.Network().Notify(&network.NotifyBundle{DisconnectedF: w.disconnected})
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &Host{Host: h, cfg: cfg, reach: w, ctx: ctx, cancel: cancel}
+	n := &Host{Host: h, cfg: cfg, reach: w, ctx: ctx, cancel: cancel, log: slog.New(slog.DiscardHandler)}
 	t.Cleanup(func() {
 		w.close()
 		cancel()
