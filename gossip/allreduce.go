@@ -1,6 +1,6 @@
 package gossip
 
-// The all-reduce data path, /meshtrain/allreduce/1.0.0: the bulk transfer
+// The all-reduce data path, /meshtrain/allreduce/2.0.0: the bulk transfer
 // behind sync mode's rounds (and diloco's), with no member reducing for
 // everyone. Which members take part in which reduction is decided
 // elsewhere (the sync leader's roster, sync.go); this file only moves and
@@ -23,18 +23,26 @@ package gossip
 // sender on first use, kept across reductions), carrying messages of one
 // 48-byte header and a bounded fp32 or fp16 payload:
 //
-//	0:4   magic "MTAR"          4     version (1)
+//	0:4   magic "MTAR"          4     version (2)
 //	5     kind: 1 scatter, 2 gather          6     payload: 0 fp32, 2 fp16
 //	7     reserved, zero
-//	8:16  reduction round       16:24 reduction group (a nonce)
+//	8:16  reduction round       16:24 reduction group (the model's nonce)
 //	24:32 buffer length, elements
 //	32:40 offset of the payload, elements    40:44 payload elements
-//	44:48 reserved, zero
+//	44:48 member list (a hash of it)
 //
 // A receiver checks every header and payload before it uses them: sizes
 // against MaxElements and the chunk limit, offsets against the segment the
 // sender may send, every value finite; a peer that sends anything else is
 // rejected, counted and cut off, and the reduction fails.
+//
+// A member may start a reduction before it knows its member list for sure
+// (sync.go starts one among the members it expects while the leader
+// collects the round). Two rules keep a wrong guess cheap: Abandon ends a
+// reduction without resetting any stream (the messages under way are
+// finished, the next are not sent), and Settle names the one reduction of
+// a round and group, so that messages of any other member list for them
+// are dropped instead of holding up the stream they came on.
 
 import (
 	"context"
@@ -58,7 +66,7 @@ import (
 )
 
 // AllReduceProtocolID is the all-reduce data path.
-const AllReduceProtocolID protocol.ID = "/meshtrain/allreduce/1.0.0"
+const AllReduceProtocolID protocol.ID = "/meshtrain/allreduce/2.0.0"
 
 // AllReduceServiceName is the resource-manager service its streams are
 // attributed to.
@@ -76,7 +84,7 @@ const (
 
 var reduceMagic = [4]byte{'M', 'T', 'A', 'R'}
 
-const reduceVersion = 1
+const reduceVersion = 2
 
 // Message kinds.
 const (
@@ -120,12 +128,29 @@ func (e *peerError) Unwrap() error { return e.err }
 func onPeer(p peer.ID, err error) error { return &peerError{p: p, err: err} }
 
 // ReduceID names one reduction: every member must call AllReduce with the
-// same ID and member list, and no two reductions may share one (Group is a
-// nonce: it tells apart two attempts at the same round). A peer's messages
-// for a reduction we have not started wait, up to AheadWait, until we do.
+// same ID and member list, and no two reductions may share one. Round and
+// Group name what is reduced (sync: the round, and the nonce of the model
+// its members started from); List names the member list (ListHash), so
+// that two guesses at a round's members are two reductions. A peer's
+// messages for a reduction we have not started wait, up to AheadWait,
+// until we do, or until Settle says another list is the round's.
 type ReduceID struct {
 	Round uint64
 	Group uint64
+	List  uint32
+}
+
+// ListHash names a sorted member list in a ReduceID: FNV-1a over the
+// peer IDs, each ended by a length byte.
+func ListHash(members []peer.ID) uint32 {
+	h := uint32(2166136261)
+	for _, p := range members {
+		for i := 0; i < len(p); i++ {
+			h = (h ^ uint32(p[i])) * 16777619
+		}
+		h = (h ^ uint32(len(p)&0xff)) * 16777619
+	}
+	return h
 }
 
 // AllReduceConfig tunes an AllReducer.
@@ -139,9 +164,10 @@ type AllReduceConfig struct {
 	// has started it, and how long opening a stream may take. Default 10s.
 	ChunkTimeout time.Duration
 	// AheadWait is how long a peer's message for a reduction we have not
-	// started may wait for it before the peer's stream is cut (our own
-	// reduction may end first, or never start: the peer then gives up its
-	// own). Default 30s.
+	// started may wait for it (the peer's stream is not read meanwhile);
+	// then it is dropped, with the rest of that reduction (our own would
+	// have ended first, or never starts: the peer then gives up its own).
+	// Default 30s.
 	AheadWait time.Duration
 	// MaxMembers caps a reduction's member list. Default 64.
 	MaxMembers int
@@ -214,6 +240,7 @@ func (h reduceHeader) marshal() [ReduceHeaderSize]byte {
 	binary.LittleEndian.PutUint64(b[24:32], h.total)
 	binary.LittleEndian.PutUint64(b[32:40], h.offset)
 	binary.LittleEndian.PutUint32(b[40:44], h.count)
+	binary.LittleEndian.PutUint32(b[44:48], h.id.List)
 	return b
 }
 
@@ -230,9 +257,10 @@ func parseReduceHeader(b []byte, maxElements int) (reduceHeader, error) {
 		return reduceHeader{}, fmt.Errorf("%w: all-reduce version %d", ErrBadVersion, b[4])
 	}
 	h := reduceHeader{
-		kind:   b[5],
-		dtype:  FP32,
-		id:     ReduceID{Round: binary.LittleEndian.Uint64(b[8:16]), Group: binary.LittleEndian.Uint64(b[16:24])},
+		kind:  b[5],
+		dtype: FP32,
+		id: ReduceID{Round: binary.LittleEndian.Uint64(b[8:16]), Group: binary.LittleEndian.Uint64(b[16:24]),
+			List: binary.LittleEndian.Uint32(b[44:48])},
 		total:  binary.LittleEndian.Uint64(b[24:32]),
 		offset: binary.LittleEndian.Uint64(b[32:40]),
 		count:  binary.LittleEndian.Uint32(b[40:44]),
@@ -245,7 +273,7 @@ func parseReduceHeader(b []byte, maxElements int) (reduceHeader, error) {
 		return h, fmt.Errorf("%w: all-reduce message kind %d", ErrProtocol, h.kind)
 	case b[6] != 0 && b[6] != byte(FP16):
 		return h, fmt.Errorf("%w: all-reduce payload type %d", ErrProtocol, b[6])
-	case b[7] != 0 || binary.LittleEndian.Uint32(b[44:48]) != 0:
+	case b[7] != 0:
 		return h, fmt.Errorf("%w: reserved all-reduce header bytes set", ErrProtocol)
 	case h.total == 0 || h.total > uint64(maxElements):
 		return h, fmt.Errorf("%w: all-reduce buffer of %d elements (limit %d)", ErrOversize, h.total, maxElements)
@@ -279,12 +307,13 @@ type reduceOp struct {
 	members []peer.ID
 	in      chan reduceMsg
 	done    chan struct{}
+	abandon chan struct{} // closed by Abandon
 }
 
 // AllReducer runs all-reduces among the members of a group, one at a time.
 //
-// Ownership: mu guards cur, latest, started, closed and the inbound and
-// outbound stream tables. The goroutine inside AllReduce owns its buffer
+// Ownership: mu guards cur, ended, settled, abandoned, changed, closed and
+// the inbound and outbound stream tables. The goroutine inside AllReduce owns its buffer
 // and the sums; each inbound stream has one reader goroutine, which hands
 // checked messages to the current reduction through its channel; an
 // outbound stream is written by one sender at a time (its link's mutex).
@@ -302,16 +331,18 @@ type AllReducer struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	closed  bool
-	cur     *reduceOp
-	ended   []ReduceID    // the last reductions run, newest last
-	started chan struct{} // closed and replaced when a reduction starts
-	inbound map[peer.ID]network.Stream
-	links   map[peer.ID]*reduceLink
-	broken  map[peer.ID]error // peers whose stream to us failed, until they open another
+	mu        sync.Mutex
+	closed    bool
+	cur       *reduceOp
+	ended     []ReduceID    // the last reductions run, newest last
+	settled   []ReduceID    // the last reductions Settle named, newest last
+	abandoned []ReduceID    // reductions abandoned before they started
+	changed   chan struct{} // closed and replaced when a reduction starts or one is settled
+	inbound   map[peer.ID]network.Stream
+	links     map[peer.ID]*reduceLink
+	broken    map[peer.ID]error // peers whose stream to us failed, until they open another
 
-	reductions, failures atomic.Uint64
+	reductions, failures, abandons atomic.Uint64
 }
 
 // reduceLink is our outbound stream to one peer.
@@ -335,7 +366,7 @@ func NewAllReducer(h host.Host, cfg AllReduceConfig) (*AllReducer, error) {
 	a := &AllReducer{
 		h: h, cfg: cfg, c: cfg.Counters,
 		log:     cfg.Logger.With("component", "gossip", "protocol", string(AllReduceProtocolID)),
-		started: make(chan struct{}),
+		changed: make(chan struct{}),
 		inbound: make(map[peer.ID]network.Stream), links: make(map[peer.ID]*reduceLink),
 		broken: make(map[peer.ID]error),
 	}
@@ -345,15 +376,74 @@ func NewAllReducer(h host.Host, cfg AllReduceConfig) (*AllReducer, error) {
 	return a, nil
 }
 
-// AllReduceStats counts reductions.
+// AllReduceStats counts reductions: completed, failed, and abandoned (a
+// guess at the members that turned out wrong; not a failure).
 type AllReduceStats struct {
 	Reductions uint64 `json:"reductions"`
 	Failures   uint64 `json:"failures"`
+	Abandoned  uint64 `json:"abandoned"`
 }
 
 // Stats returns the reduction counters.
 func (a *AllReducer) Stats() AllReduceStats {
-	return AllReduceStats{Reductions: a.reductions.Load(), Failures: a.failures.Load()}
+	return AllReduceStats{Reductions: a.reductions.Load(), Failures: a.failures.Load(), Abandoned: a.abandons.Load()}
+}
+
+// ErrAbandoned is what AllReduce returns for a reduction Abandon ended.
+var ErrAbandoned = errors.New("gossip: all-reduce abandoned")
+
+// Abandon ends reduction id, running or yet to start, without resetting
+// any stream: the messages under way are written to the end, no others
+// are sent, and AllReduce returns ErrAbandoned. Late messages of it are
+// dropped.
+func (a *AllReducer) Abandon(id ReduceID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if op := a.cur; op != nil && op.id == id {
+		select {
+		case <-op.abandon:
+		default:
+			close(op.abandon)
+		}
+		return
+	}
+	if !slices.Contains(a.ended, id) && !slices.Contains(a.abandoned, id) {
+		a.abandoned = appendBounded(a.abandoned, id)
+	}
+}
+
+// Settle says id is the one reduction of its round and group: messages
+// for another member list of them, which a member that guessed the list
+// wrong sent before it knew, are dropped from now on rather than waited
+// for.
+func (a *AllReducer) Settle(id ReduceID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !slices.Contains(a.settled, id) {
+		a.settled = appendBounded(a.settled, id)
+		close(a.changed)
+		a.changed = make(chan struct{})
+	}
+}
+
+// unsettled reports whether id names a member list other than the one
+// Settle named for its round and group. a.mu held.
+func (a *AllReducer) unsettled(id ReduceID) bool {
+	for _, s := range a.settled {
+		if s.Round == id.Round && s.Group == id.Group && s.List != id.List {
+			return true
+		}
+	}
+	return false
+}
+
+// appendBounded appends id, keeping the newest maxEnded.
+func appendBounded(ids []ReduceID, id ReduceID) []ReduceID {
+	ids = append(ids, id)
+	if len(ids) > maxEnded {
+		ids = slices.Delete(ids, 0, len(ids)-maxEnded)
+	}
+	return ids
 }
 
 // Close stops accepting streams, fails the reduction in progress, resets
@@ -524,8 +614,8 @@ func (a *AllReducer) deliver(st network.Stream, m reduceMsg) error {
 	defer timer.Stop()
 	for {
 		a.mu.Lock()
-		op, started := a.cur, a.started
-		ended := slices.Contains(a.ended, m.h.id)
+		op, changed := a.cur, a.changed
+		ended := slices.Contains(a.ended, m.h.id) || slices.Contains(a.abandoned, m.h.id) || a.unsettled(m.h.id)
 		superseded := a.inbound[m.from] != st
 		a.mu.Unlock()
 		switch {
@@ -545,14 +635,25 @@ func (a *AllReducer) deliver(st network.Stream, m reduceMsg) error {
 			}
 			return nil
 		case ended:
-			a.free(m.data) // a reduction we finished or gave up
+			// A reduction we finished, gave up or abandoned, or another
+			// list's for a round we know the members of.
+			a.free(m.data)
 			return nil
 		}
 		select {
-		case <-started:
+		case <-changed:
 		case <-timer.C:
+			// Our reduction would have ended long before: the peer
+			// guessed a member list that was not the round's, or we left
+			// the group. Dropped, and so is the rest of that reduction.
 			a.free(m.data)
-			return fmt.Errorf("%w: all-reduce message for round %d, which we did not start", ErrTimeout, m.h.id.Round)
+			a.mu.Lock()
+			if !slices.Contains(a.ended, m.h.id) {
+				a.ended = appendBounded(a.ended, m.h.id)
+			}
+			a.mu.Unlock()
+			a.log.Debug("all-reduce message for a reduction we did not start, dropped", "peer", m.from, "round", m.h.id.Round)
+			return nil
 		case <-a.ctx.Done():
 			return a.ctx.Err()
 		}
@@ -602,15 +703,22 @@ func (a *AllReducer) AllReduce(ctx context.Context, id ReduceID, members []peer.
 	a.runMu.Lock()
 	defer a.runMu.Unlock()
 	op := &reduceOp{id: id, members: members,
-		in: make(chan reduceMsg, 4*len(members)), done: make(chan struct{})}
+		in: make(chan reduceMsg, 4*len(members)), done: make(chan struct{}), abandon: make(chan struct{})}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
 		return fmt.Errorf("%w: %w", ErrAllReduce, ErrClosed)
 	}
+	if i := slices.Index(a.abandoned, id); i >= 0 {
+		a.abandoned = slices.Delete(a.abandoned, i, i+1)
+		a.ended = appendBounded(a.ended, id)
+		a.mu.Unlock()
+		a.abandons.Add(1)
+		return ErrAbandoned
+	}
 	a.cur = op
-	close(a.started)
-	a.started = make(chan struct{})
+	close(a.changed)
+	a.changed = make(chan struct{})
 	// A member whose stream to us broke and that is no longer connected
 	// is gone (a crashed process): fail now rather than at the deadline,
 	// or after a dial to it times out.
@@ -630,10 +738,7 @@ func (a *AllReducer) AllReduce(ctx context.Context, id ReduceID, members []peer.
 	if a.cur == op {
 		a.cur = nil
 	}
-	a.ended = append(a.ended, id)
-	if len(a.ended) > maxEnded {
-		a.ended = slices.Delete(a.ended, 0, len(a.ended)-maxEnded)
-	}
+	a.ended = appendBounded(a.ended, id)
 	a.mu.Unlock()
 	// Drain what readers left in the channel.
 	for drained := false; !drained; {
@@ -643,6 +748,10 @@ func (a *AllReducer) AllReduce(ctx context.Context, id ReduceID, members []peer.
 		default:
 			drained = true
 		}
+	}
+	if errors.Is(err, ErrAbandoned) {
+		a.abandons.Add(1)
+		return ErrAbandoned
 	}
 	if err != nil {
 		a.failures.Add(1)
@@ -690,7 +799,7 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 		jlo, jhi := segment(n, k, j)
 		senders.Go(func() {
 			defer close(scattered[j])
-			if err := a.send(ctx, p, reduceScatter, a.cfg.DType, op.id, n, jlo, buf[jlo:jhi]); err != nil {
+			if err := a.send(ctx, op.abandon, p, reduceScatter, a.cfg.DType, op.id, n, jlo, buf[jlo:jhi]); err != nil {
 				sendErr <- onPeer(p, err)
 			}
 		})
@@ -714,6 +823,11 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 		case m = <-op.in:
 		case err := <-sendErr:
 			return err
+		case <-op.abandon:
+			// The senders stop between messages: none is cut short, so
+			// no stream is reset under a peer that is not abandoning.
+			senders.Wait()
+			return ErrAbandoned
 		case <-ctx.Done():
 			return fmt.Errorf("%w: waiting for %d scattered and %d gathered elements: %w", ErrTimeout, scatterLeft, gatherLeft, ctx.Err())
 		case <-a.ctx.Done():
@@ -754,6 +868,10 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 			// before we overwrite it.
 			select {
 			case <-scattered[j]:
+			case <-op.abandon:
+				a.free(m.data)
+				senders.Wait()
+				return ErrAbandoned
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -777,6 +895,9 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 	case <-cancelOnError:
 	case err := <-sendErr:
 		return err
+	case <-op.abandon:
+		<-cancelOnError
+		return ErrAbandoned
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -811,7 +932,7 @@ func (a *AllReducer) finishSegment(ctx context.Context, op *reduceOp, me int, ow
 			continue
 		}
 		senders.Go(func() {
-			if err := a.send(ctx, p, reduceGather, dt, op.id, len(buf), lo, seg); err != nil {
+			if err := a.send(ctx, op.abandon, p, reduceGather, dt, op.id, len(buf), lo, seg); err != nil {
 				sendErr <- onPeer(p, err)
 			}
 		})
@@ -833,7 +954,10 @@ func (a *AllReducer) cutOff(p peer.ID) {
 // send writes v, which starts at offset off of a buffer of total elements,
 // to p as messages of at most ChunkElements, each as dt or, if fp16 would
 // overflow, as fp32.
-func (a *AllReducer) send(ctx context.Context, p peer.ID, kind byte, dt DType, id ReduceID, total, off int, v []float32) error {
+// send writes v as messages to p, stopping before the next message once
+// stop is closed (a message under way is finished); ctx ending resets the
+// stream.
+func (a *AllReducer) send(ctx context.Context, stop <-chan struct{}, p peer.ID, kind byte, dt DType, id ReduceID, total, off int, v []float32) error {
 	l := a.link(p)
 	if l == nil {
 		return ErrClosed
@@ -855,9 +979,9 @@ func (a *AllReducer) send(ctx context.Context, p peer.ID, kind byte, dt DType, i
 	}
 	st := l.st
 	// A reduction given up mid-message leaves the stream unusable: reset.
-	stop := context.AfterFunc(ctx, func() { _ = st.Reset() })
+	unreset := context.AfterFunc(ctx, func() { _ = st.Reset() })
 	defer func() {
-		if !stop() && l.st == st {
+		if !unreset() && l.st == st {
 			l.st = nil
 		}
 	}()
@@ -865,6 +989,11 @@ func (a *AllReducer) send(ctx context.Context, p peer.ID, kind byte, dt DType, i
 	scratch := l.scratch
 	defer func() { l.scratch = scratch }()
 	for len(v) > 0 {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
 		c := min(len(v), a.cfg.ChunkElements)
 		h := reduceHeader{kind: kind, dtype: FP32, id: id, total: uint64(total), offset: uint64(off), count: uint32(c)}
 		payload := float32Bytes(v[:c])

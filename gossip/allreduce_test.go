@@ -531,10 +531,10 @@ func BenchmarkAllReduce(b *testing.B) {
 
 // TestAllReduceWire pins the header layout of docs/protocol.md.
 func TestAllReduceWire(t *testing.T) {
-	h := reduceHeader{kind: reduceScatter, dtype: FP32, id: ReduceID{Round: 258, Group: 0x0102030405060708}, total: 235146, offset: 58786, count: 58787}
+	h := reduceHeader{kind: reduceScatter, dtype: FP32, id: ReduceID{Round: 258, Group: 0x0102030405060708, List: 0x0a0b0c0d}, total: 235146, offset: 58786, count: 58787}
 	b := h.marshal()
-	want := "4d544152" + "01" + "01" + "0000" + "0201000000000000" + "0807060504030201" +
-		"8a96030000000000" + "a2e5000000000000" + "a3e50000" + "00000000"
+	want := "4d544152" + "02" + "01" + "0000" + "0201000000000000" + "0807060504030201" +
+		"8a96030000000000" + "a2e5000000000000" + "a3e50000" + "0d0c0b0a"
 	if got := hex.EncodeToString(b[:]); got != want {
 		t.Fatalf("header\n got %s\nwant %s", got, want)
 	}
@@ -542,7 +542,7 @@ func TestAllReduceWire(t *testing.T) {
 	g := h
 	g.kind, g.dtype = reduceGather, FP16
 	gb := g.marshal()
-	if got := hex.EncodeToString(gb[:8]); got != "4d544152"+"01"+"02"+"02"+"00" {
+	if got := hex.EncodeToString(gb[:8]); got != "4d544152"+"02"+"02"+"02"+"00" {
 		t.Fatalf("fp16 gather header starts %s", got)
 	}
 	if got, err := parseReduceHeader(gb[:], 1<<20); err != nil || got != g {
@@ -553,5 +553,132 @@ func TestAllReduceWire(t *testing.T) {
 	}
 	if got, err := parseReduceHeader(b[:], 1<<20); err != nil || got != h {
 		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+}
+
+// TestAllReduceWrongGuessIsDropped: a member that started a reduction among
+// the members it expected (B, among A, B and C) while the round's members
+// are A and B sent A a message A must not wait for. Once A settles the
+// round's reduction, that message is dropped, not held in front of B's
+// next ones; B abandons its guess without resetting a stream, reduces
+// again among A and B, and both end with the same mean, long before A
+// would give up waiting on B's guess (AheadWait).
+func TestAllReduceWrongGuessIsDropped(t *testing.T) {
+	checkLeaks(t)
+	cfg := reduceTestConfig()
+	cfg.AheadWait = time.Minute
+	ps, ids := newReducers(t, 3, cfg)
+	a, b := ps[0], ps[1]
+	round := []peer.ID{ids[0], ids[1]}
+	const n = 3000
+	guess := ReduceID{Round: 7, Group: 11, List: ListHash(ids)}
+	final := ReduceID{Round: 7, Group: 11, List: ListHash(round)}
+	if guess == final {
+		t.Fatal("two member lists share a hash")
+	}
+	va, vb := randVec(n, 1), randVec(n, 2)
+	want := make([]float32, n)
+	for i := range want {
+		want[i] = (va[i] + vb[i]) * 0.5
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
+	defer cancel()
+
+	// B's guess: it sends A and C their segments at once, and waits.
+	guessed := make(chan error, 1)
+	vbGuess := slices.Clone(vb)
+	go func() { guessed <- b.r.AllReduce(ctx, guess, ids, vbGuess) }()
+	lo, hi := segment(n, 3, 0)
+	eventually(t, "A to read B's guessed scatter", func() bool {
+		return a.r.c.Snapshot().BytesReceived >= uint64(ReduceHeaderSize+4*(hi-lo))
+	})
+	// A learns the round's members and runs their reduction; only then
+	// does B learn it and give its guess up.
+	a.r.Settle(final)
+	got := make(chan error, 1)
+	go func() { got <- a.r.AllReduce(ctx, final, round, va) }()
+	b.r.Abandon(guess)
+	if err := <-guessed; !errors.Is(err, ErrAbandoned) {
+		t.Fatalf("B's guess: %v, want ErrAbandoned", err)
+	}
+	if err := b.r.AllReduce(ctx, final, round, vb); err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	if !slices.Equal(va, vb) {
+		t.Fatal("A and B hold different results")
+	}
+	for i := range want {
+		if d := math.Abs(float64(va[i] - want[i])); d > 1e-6 {
+			t.Fatalf("element %d: %v, want %v", i, va[i], want[i])
+		}
+	}
+	rejected := func(c *Counters) (sum uint64) {
+		for _, v := range c.Snapshot().Rejected {
+			sum += v
+		}
+		return sum
+	}
+	for i, p := range ps {
+		if rejected(p.r.c) != 0 {
+			t.Fatalf("member %d rejected %v", i, p.r.c.Snapshot().Rejected)
+		}
+		if s := p.r.Stats(); s.Failures != 0 {
+			t.Fatalf("member %d: %+v", i, s)
+		}
+	}
+	if s := b.r.Stats(); s.Abandoned != 1 || s.Reductions != 1 {
+		t.Fatalf("B's stats %+v, want one abandoned and one reduction", s)
+	}
+	// An abandoned reduction that had not started does not start.
+	never := ReduceID{Round: 8, Group: 11, List: ListHash(round)}
+	a.r.Abandon(never)
+	if err := a.r.AllReduce(ctx, never, round, va); !errors.Is(err, ErrAbandoned) {
+		t.Fatalf("a reduction abandoned before it started: %v", err)
+	}
+}
+
+// TestAllReduceUnstartedIsDropped: a message for a reduction we never start
+// (its sender guessed members the round did not have) is dropped after
+// AheadWait, with the rest of that reduction, and counts nothing against
+// the sender, whose stream keeps serving the next reduction.
+func TestAllReduceUnstartedIsDropped(t *testing.T) {
+	checkLeaks(t)
+	cfg := reduceTestConfig()
+	cfg.AheadWait = 300 * time.Millisecond
+	ps, ids := newReducers(t, 2, cfg)
+	a, b := ps[0], ps[1]
+	const n = 1000
+	never := ReduceID{Round: 3, Group: 5, List: 1}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	guessed := make(chan error, 1)
+	go func() { guessed <- b.r.AllReduce(ctx, never, ids, randVec(n, 1)) }()
+	eventually(t, "A to drop B's message", func() bool {
+		a.r.mu.Lock()
+		defer a.r.mu.Unlock()
+		return slices.Contains(a.r.ended, never)
+	})
+	b.r.Abandon(never)
+	if err := <-guessed; !errors.Is(err, ErrAbandoned) {
+		t.Fatalf("B: %v, want ErrAbandoned", err)
+	}
+	for _, p := range ps {
+		for r, k := range p.r.c.Snapshot().Rejected {
+			if k != 0 {
+				t.Fatalf("counted as %v", r)
+			}
+		}
+	}
+	bufs := [][]float32{randVec(n, 2), randVec(n, 3)}
+	for i, err := range reduceAll(ctx, ps, ReduceID{Round: 4, Group: 5}, ids, bufs) {
+		if err != nil {
+			t.Fatalf("member %d, the next reduction: %v", i, err)
+		}
+	}
+	if !slices.Equal(bufs[0], bufs[1]) {
+		t.Fatal("the next reduction's results differ")
 	}
 }

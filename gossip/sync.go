@@ -175,6 +175,13 @@ type Contribution struct {
 	// its pseudo-gradient); Contribute and Reduce overwrite it with the
 	// mean.
 	Params []float32
+	// Members, if set, are the members the contributor expects in the
+	// round: its group's last member list, sorted. If we are among them,
+	// the all-reduce among them starts at once, while the leader collects
+	// the round, and the leader's answer only confirms it; if the answer
+	// names other members, that reduction is abandoned and the round is
+	// reduced again among the answer's (Params is restored first).
+	Members []peer.ID
 }
 
 // SyncState is a group's model at a round boundary: what every member holds
@@ -255,10 +262,17 @@ type SyncStats struct {
 	// "protocol").
 	StaleRounds uint64 `json:"stale_rounds"`
 	Duplicates  uint64 `json:"duplicates"`
+	// EarlyReductions counts our rounds whose all-reduce started before
+	// the leader's answer, among the members we expected, and that the
+	// answer confirmed; EarlyMisses those whose answer named other members
+	// (a member joined or was dropped), reduced again.
+	EarlyReductions uint64 `json:"early_reductions"`
+	EarlyMisses     uint64 `json:"early_misses"`
 }
 
 type syncCounters struct {
 	roundsLed, roundsDone, joinsDone, received, joinsServed, dropped, stale, duplicates atomic.Uint64
+	early, earlyMisses                                                                  atomic.Uint64
 }
 
 type syncRole uint8
@@ -372,6 +386,7 @@ func (s *SyncService) Stats() SyncStats {
 		RoundsLed: c.roundsLed.Load(), RoundsDone: c.roundsDone.Load(), JoinsDone: c.joinsDone.Load(),
 		ContributionsReceived: c.received.Load(), JoinsServed: c.joinsServed.Load(),
 		MembersDropped: c.dropped.Load(), StaleRounds: c.stale.Load(), Duplicates: c.duplicates.Load(),
+		EarlyReductions: c.early.Load(), EarlyMisses: c.earlyMisses.Load(),
 	}
 }
 
@@ -575,7 +590,13 @@ func (s *SyncService) Reduce(ctx context.Context, own Contribution) (SyncState, 
 	r.contribs[self] = own.Progress
 	r.expected[self] = struct{}{}
 	s.mu.Unlock()
+	return s.reduceRound(ctx, own, func() (SyncState, error) { return s.collect(ctx, r) })
+}
 
+// collect waits until round r, which we lead and have contributed to, is
+// ready, and seals it.
+func (s *SyncService) collect(ctx context.Context, r *syncRound) (SyncState, error) {
+	self := s.h.ID()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -585,17 +606,13 @@ func (s *SyncService) Reduce(ctx context.Context, own Contribution) (SyncState, 
 			if s.isClosed() {
 				return SyncState{}, ErrClosed
 			}
-			return SyncState{}, fmt.Errorf("%w: round %d was given up", ErrNotLeading, own.Round)
+			return SyncState{}, fmt.Errorf("%w: round %d was given up", ErrNotLeading, r.number)
 		}
 		now := time.Now()
 		if r.ready(now, self) {
 			r.sealed = true
 			s.mu.Unlock()
-			res, err := s.seal(r)
-			if err != nil {
-				return SyncState{}, err
-			}
-			return s.allReduce(ctx, res, own.Params)
+			return s.seal(r)
 		}
 		wait := r.deadline.Sub(now)
 		s.mu.Unlock()
@@ -607,6 +624,93 @@ func (s *SyncService) Reduce(ctx context.Context, own Contribution) (SyncState, 
 			return SyncState{}, ctx.Err()
 		}
 	}
+}
+
+// reduceRound runs our part in a round once answer (the leader's, or our
+// own sealing) gives its members: the all-reduce of c.Params among them.
+// If c names the members it expects, that all-reduce starts at once and
+// runs while we wait for the answer, which then only confirms it: after
+// the slowest member's step, the round costs what its all-reduce has left
+// to do, not a round trip to the leader and then the whole all-reduce.
+func (s *SyncService) reduceRound(ctx context.Context, c Contribution, answer func() (SyncState, error)) (SyncState, error) {
+	e := s.startEarly(ctx, c)
+	st, err := answer()
+	if err != nil {
+		if e != nil {
+			e.abandon()
+			copy(c.Params, e.saved) // to be sent again
+		}
+		return SyncState{}, err
+	}
+	id := ReduceID{Round: uint64(c.Round), Group: c.Base, List: ListHash(st.Members)}
+	// Whoever guessed other members for this round sent us messages we
+	// must not wait for.
+	s.reduce.Settle(id)
+	if e != nil {
+		if e.id == id && slices.Equal(e.members, st.Members) {
+			s.stats.early.Add(1)
+			if err := e.wait(s.cfg.Timeout); err != nil {
+				return SyncState{}, err
+			}
+			st.Params = c.Params
+			return st, nil
+		}
+		s.stats.earlyMisses.Add(1)
+		e.abandon()
+		copy(c.Params, e.saved)
+	}
+	return s.allReduce(ctx, st, id, c.Params)
+}
+
+// earlyReduce is an all-reduce started among the members a contribution
+// expects, before the round's answer.
+type earlyReduce struct {
+	r       *AllReducer
+	id      ReduceID
+	members []peer.ID
+	saved   []float32 // the contribution, to start again from if the guess was wrong
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// startEarly starts the all-reduce of c.Params among c.Members, if c
+// names members that include us; nil if not.
+func (s *SyncService) startEarly(ctx context.Context, c Contribution) *earlyReduce {
+	if len(c.Members) < 2 || !slices.Contains(c.Members, s.h.ID()) {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	e := &earlyReduce{r: s.reduce, members: slices.Clone(c.Members), saved: slices.Clone(c.Params),
+		cancel: cancel, done: make(chan error, 1)}
+	e.id = ReduceID{Round: uint64(c.Round), Group: c.Base, List: ListHash(e.members)}
+	go func() { e.done <- e.r.AllReduce(ctx, e.id, e.members, c.Params) }()
+	return e
+}
+
+// wait returns the early all-reduce's result, giving it up to timeout
+// more.
+func (e *earlyReduce) wait(timeout time.Duration) error {
+	defer e.cancel()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-e.done:
+		return err
+	case <-t.C:
+		e.cancel()
+		return <-e.done
+	}
+}
+
+// abandon ends the early all-reduce, if any, without resetting its
+// streams, and waits for it.
+func (e *earlyReduce) abandon() {
+	if e == nil {
+		return
+	}
+	e.r.Abandon(e.id)
+	<-e.done
+	e.cancel()
 }
 
 // seal ends a round's collection: its contributors are its members, its
@@ -656,10 +760,10 @@ func (s *SyncService) seal(r *syncRound) (SyncState, error) {
 
 // allReduce replaces v with its mean among the round's members, within
 // the round timeout.
-func (s *SyncService) allReduce(ctx context.Context, st SyncState, v []float32) (SyncState, error) {
+func (s *SyncService) allReduce(ctx context.Context, st SyncState, id ReduceID, v []float32) (SyncState, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	if err := s.reduce.AllReduce(ctx, ReduceID{Round: uint64(st.Round), Group: st.Group}, st.Members, v); err != nil {
+	if err := s.reduce.AllReduce(ctx, id, st.Members, v); err != nil {
 		return SyncState{}, err
 	}
 	st.Params = v
@@ -932,11 +1036,11 @@ func (s *SyncService) Contribute(ctx context.Context, leader peer.ID, c Contribu
 	}
 	q := SyncRequest{Kind: SyncContribute, Fingerprint: s.cfg.Fingerprint, Elements: uint64(len(c.Params)),
 		Round: c.Round, Progress: c.Progress, Base: c.Base}
-	st, _, err := s.request(ctx, leader, q)
+	st, err := s.reduceRound(ctx, c, func() (SyncState, error) {
+		st, _, err := s.request(ctx, leader, q)
+		return st, err
+	})
 	if err != nil {
-		return SyncState{}, err
-	}
-	if st, err = s.allReduce(ctx, st, c.Params); err != nil {
 		return SyncState{}, err
 	}
 	s.stats.roundsDone.Add(1)

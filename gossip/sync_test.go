@@ -802,3 +802,231 @@ func BenchmarkSyncRound(b *testing.B) {
 		}
 	}
 }
+
+// TestSyncEarlyReduction: members that name the members they expect start
+// the round's all-reduce before the leader's answer. When the answer names
+// the same members the early reduction is the round's; when it names
+// others (a member missed the deadline, a joiner came in), the early one
+// is abandoned and the round reduced again among the answer's members. In
+// every case all members end with the same mean, and nobody counts an
+// honest peer's messages against it.
+func TestSyncEarlyReduction(t *testing.T) {
+	checkLeaks(t)
+	cfg := syncTestConfig()
+	cfg.Timeout = 400 * time.Millisecond
+	ps := []*syncPeer{newSyncPeer(t, cfg), newSyncPeer(t, cfg), newSyncPeer(t, cfg), newSyncPeer(t, cfg)}
+	meshOf(t, ps...)
+	slices.SortFunc(ps, func(x, y *syncPeer) int { return strings.Compare(string(x.id()), string(y.id())) })
+	l, last := ps[0], ps[3]
+	all := sortedIDs(ps...)
+	state := SyncState{Round: 0, Params: randVec(syncN, 1), Momentum: make([]float32, syncN), Members: all}
+	if err := l.svc.Lead(state); err != nil {
+		t.Fatal(err)
+	}
+	// round runs one round among ps with each one's guess at its members;
+	// it returns the results of those that were answered.
+	round := func(r int64, ps []*syncPeer, guess func(*syncPeer) []peer.ID) ([]SyncState, []float64) {
+		t.Helper()
+		results := make([]SyncState, len(ps))
+		errs := make([]error, len(ps))
+		want := make([]float64, syncN)
+		var wg sync.WaitGroup
+		for i, p := range ps {
+			c := contribution(r, state.Progress+16, uint64(10*r)+uint64(i))
+			c.Base, c.Members = state.Group, guess(p)
+			for j, v := range c.Params {
+				want[j] += float64(v) / float64(len(ps))
+			}
+			wg.Go(func() {
+				if p == l {
+					results[i], errs[i] = p.svc.Reduce(t.Context(), c)
+				} else {
+					results[i], errs[i] = p.svc.Contribute(t.Context(), l.id(), c)
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("round %d: %v", r, err)
+		}
+		for i, res := range results {
+			if !slices.Equal(res.Params, results[0].Params) || res.Group != results[0].Group {
+				t.Fatalf("round %d: member %d holds another average", r, i)
+			}
+		}
+		for j, w := range want {
+			if math.Abs(w-float64(results[0].Params[j])) > 1e-5 {
+				t.Fatalf("round %d, element %d: %g, the mean is %g", r, j, results[0].Params[j], w)
+			}
+		}
+		state = results[0]
+		state.Momentum = make([]float32, syncN)
+		if err := l.svc.Lead(state); err != nil {
+			t.Fatal(err)
+		}
+		return results, want
+	}
+	early := func(p *syncPeer) (uint64, uint64) {
+		s := p.svc.Stats()
+		return s.EarlyReductions, s.EarlyMisses
+	}
+	expectAll := func(*syncPeer) []peer.ID { return all }
+
+	// Everyone guesses right: each round's only all-reduce is the early one.
+	round(1, ps, expectAll)
+	for i, p := range ps {
+		if e, m := early(p); e != 1 || m != 0 {
+			t.Fatalf("member %d: %d early reductions, %d misses; want 1 and 0", i, e, m)
+		}
+		if s := p.svc.AllReduceStats(); s.Reductions != 1 || s.Abandoned != 0 {
+			t.Fatalf("member %d: all-reduce stats %+v", i, s)
+		}
+	}
+
+	// The last member misses the deadline: the others guessed it in,
+	// abandon that reduction, and reduce among themselves.
+	lastBase := state
+	res, _ := round(2, ps[:3], expectAll)
+	if want := sortedIDs(ps[:3]...); !slices.Equal(res[0].Members, want) {
+		t.Fatalf("round 2 members %v, want %v", res[0].Members, want)
+	}
+	for i, p := range ps[:3] {
+		if e, m := early(p); e != 1 || m != 1 {
+			t.Fatalf("member %d after a dropped member: %d early, %d misses; want 1 and 1", i, e, m)
+		}
+	}
+	// Late, it is refused, and gives up its own early reduction.
+	c := contribution(2, lastBase.Progress+16, 99)
+	c.Base, c.Members = lastBase.Group, all
+	sent := slices.Clone(c.Params)
+	refusal(t, contributeErr(last, l, c), SyncStale)
+	if !slices.Equal(c.Params, sent) {
+		t.Fatal("a refused contribution's vector was changed")
+	}
+
+	// It joins again; the others still expect the three of them, the
+	// leader's answer adds it: they reduce again, with it.
+	if _, err := last.svc.Join(t.Context(), l.id()); err != nil {
+		t.Fatal(err)
+	}
+	three := state.Members
+	round(3, ps, func(p *syncPeer) []peer.ID {
+		if p == last {
+			return nil // a joiner is not among its group's members yet
+		}
+		return three
+	})
+	for i, p := range ps[:3] {
+		if e, m := early(p); e != 1 || m != 2 {
+			t.Fatalf("member %d after a joiner: %d early, %d misses; want 1 and 2", i, e, m)
+		}
+	}
+	// And the round after that is early again for all four.
+	round(4, ps, expectAll)
+	for i, p := range ps {
+		if e, _ := early(p); e != 2 {
+			t.Fatalf("member %d: %d early reductions after a steady round, want 2 (rounds 1 and 4)", i, e)
+		}
+	}
+	// Nothing was counted against a peer but the late contribution (at the
+	// leader, as stale): no guessed message an honest peer sent.
+	for i, p := range ps {
+		for r, n := range p.svc.Counters().Snapshot().Rejected {
+			if p == l && r == ReasonStale && n == 1 {
+				continue
+			}
+			if n != 0 {
+				t.Fatalf("member %d counted an honest peer as %v", i, r)
+			}
+		}
+	}
+}
+
+// BenchmarkSyncRoundLastMember times a round of 4 hosts on loopback (the
+// default MLP's 235,146 values, sent as fp16, as the node's rounds are)
+// from the moment its last member contributes, 5 ms after the others, to
+// the end of the round: the part of a round that a step slower than the
+// others' does not hide. "early": every member names the members it
+// expects, so the all-reduce runs while the round is collected; "answer":
+// none does, so each starts it once the leader's answer is in. The last
+// member is the leader, or one that follows it.
+func BenchmarkSyncRoundLastMember(b *testing.B) {
+	const n, k, late = 235146, 4, 5 * time.Millisecond
+	cfg := syncTestConfig()
+	cfg.Elements, cfg.ChunkSize, cfg.Timeout, cfg.ReduceDType = n, DefaultChunkSize, time.Minute, FP16
+	peers := make([]*syncPeer, k)
+	for i := range peers {
+		h := newHost(b, "tcp", testConfig(n))
+		svc, err := NewSyncService(h, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = svc.Close() })
+		peers[i] = &syncPeer{h: h, svc: svc}
+	}
+	for i, a := range peers {
+		for _, c := range peers[i+1:] {
+			connect(b, a.h, c.h)
+		}
+	}
+	slices.SortFunc(peers, func(x, y *syncPeer) int { return strings.Compare(string(x.id()), string(y.id())) })
+	l, members := peers[0], sortedIDs(peers...)
+	st := SyncState{Params: randVec(n, 1), Momentum: randVec(n, 2), Members: members}
+	if err := l.svc.Lead(st); err != nil {
+		b.Fatal(err)
+	}
+	vecs := make([][]float32, k)
+	for i := range vecs {
+		vecs[i] = randVec(n, uint64(10+i))
+	}
+	for _, last := range []struct {
+		name string
+		i    int
+	}{{"leader-last", 0}, {"member-last", k - 1}} {
+		for _, early := range []bool{false, true} {
+			name := last.name + "/answer"
+			if early {
+				name = last.name + "/early"
+			}
+			b.Run(name, func(b *testing.B) {
+				var after []time.Duration
+				for b.Loop() {
+					var wg sync.WaitGroup
+					errs := make([]error, k)
+					var lastIn time.Time
+					var res SyncState
+					for i, p := range peers {
+						c := Contribution{Round: st.Round + 1, Progress: st.Progress + 16, Base: st.Group, Params: slices.Clone(vecs[i])}
+						if early {
+							c.Members = members
+						}
+						wg.Go(func() {
+							if i == last.i {
+								time.Sleep(late)
+								lastIn = time.Now()
+							}
+							var r SyncState
+							if p == l {
+								r, errs[i] = p.svc.Reduce(context.Background(), c)
+								res = r
+							} else {
+								_, errs[i] = p.svc.Contribute(context.Background(), l.id(), c)
+							}
+						})
+					}
+					wg.Wait()
+					after = append(after, time.Since(lastIn))
+					if err := errors.Join(errs...); err != nil {
+						b.Fatal(err)
+					}
+					st = res
+					st.Momentum = vecs[0]
+					if err := l.svc.Lead(st); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(median(after).Microseconds())/1e3, "after-last-ms")
+			})
+		}
+	}
+}

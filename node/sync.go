@@ -192,7 +192,18 @@ func (s *syncer) current() gossip.Contribution {
 	if s.outer != nil {
 		round = s.state.Round + 1
 	}
-	return gossip.Contribution{Round: round, Progress: snap.Progress, Base: s.state.Group, Params: d}
+	return gossip.Contribution{Round: round, Progress: snap.Progress, Base: s.state.Group, Params: d, Members: s.expected()}
+}
+
+// expected is the member list we expect in our group's next round: its
+// last one, if we are in it (a joiner is not until its first round ends).
+// The round's all-reduce starts among them as soon as we contribute
+// (gossip.Contribution.Members); the leader's answer confirms them.
+func (s *syncer) expected() []peer.ID {
+	if !s.synced || len(s.state.Members) < 2 || !slices.Contains(s.state.Members, s.n.id) {
+		return nil
+	}
+	return s.state.Members
 }
 
 // founding is the group we would found with our model, between two steps:
@@ -251,7 +262,7 @@ func (s *syncer) round(ctx context.Context, c gossip.Contribution) error {
 			}
 			continue
 		}
-		c.Base = s.state.Group
+		c.Base, c.Members = s.state.Group, s.expected()
 		leader := s.leader()
 		if leader == s.n.id {
 			if s.lead(ctx, c) {
