@@ -10,7 +10,9 @@ package gossip
 // answers every member with the round's member list once all are in (or
 // the round's deadline passed), and the members all-reduce their vectors
 // among themselves (allreduce.go): the leader coordinates, it does not
-// carry the data. With SGD + momentum + weight decay the update is linear
+// carry the data. A member starts that all-reduce among the members it
+// expects as soon as it has contributed; the answer confirms them, or the
+// round is reduced again among the answer's. With SGD + momentum + weight decay the update is linear
 // in the gradient, so averaging the parameters after identical starts is
 // exactly one step on the mean gradient; each member keeps its own momentum,
 // whose mean is the DDP momentum (docs/protocol.md, "Sync mode").
@@ -556,7 +558,8 @@ func (s *SyncService) checkOwn(c Contribution) error {
 // expected member has contributed or the round's deadline has passed,
 // answers every contributor with the round's member list (members still
 // missing are dropped from the group), and all-reduces own.Params among
-// them. The next round opens as soon as the member list is out, expecting
+// them (started at once among own.Members, if given: reduceRound). The
+// next round opens as soon as the member list is out, expecting
 // its members, with the model to be filled in by Lead. ctx ending leaves
 // our contribution in the round. An all-reduce that fails returns an error
 // wrapping ErrAllReduce: the caller then holds no group model.
@@ -1025,7 +1028,8 @@ func (s *SyncService) finishStream(x *streamIO, st network.Stream, a SyncAnswer,
 }
 
 // Contribute tells the round's leader we have taken our step, waits for
-// the round's member list and all-reduces c.Params among them; it returns
+// the round's member list and all-reduces c.Params among them (started at
+// once among c.Members, if given: reduceRound); it returns
 // the round's state with Params the mean (c.Params, overwritten). A
 // refusal is a *SyncRefusal; an all-reduce that fails, an error wrapping
 // ErrAllReduce. The leader's answer may take as long as the slowest
