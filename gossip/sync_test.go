@@ -750,22 +750,7 @@ func BenchmarkSyncRound(b *testing.B) {
 	cfg := syncTestConfig()
 	cfg.Elements, cfg.ChunkSize = n, DefaultChunkSize
 	cfg.Timeout = time.Minute
-	peers := make([]*syncPeer, members+1)
-	for i := range peers {
-		h := newHost(b, "tcp", testConfig(n))
-		svc, err := NewSyncService(h, cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = svc.Close() })
-		peers[i] = &syncPeer{h: h, svc: svc}
-	}
-	for i, a := range peers {
-		for _, c := range peers[i+1:] {
-			connect(b, a.h, c.h)
-		}
-	}
-	slices.SortFunc(peers, func(x, y *syncPeer) int { return strings.Compare(string(x.id()), string(y.id())) })
+	peers := benchSyncPeers(b, members+1, n, cfg)
 	l := peers[0]
 	base := SyncState{Params: randVec(n, 1), Momentum: randVec(n, 2), Members: sortedIDs(peers...)}
 	if err := l.svc.Lead(base); err != nil {
@@ -954,22 +939,7 @@ func BenchmarkSyncRoundLastMember(b *testing.B) {
 	const n, k, late = 235146, 4, 5 * time.Millisecond
 	cfg := syncTestConfig()
 	cfg.Elements, cfg.ChunkSize, cfg.Timeout, cfg.ReduceDType = n, DefaultChunkSize, time.Minute, FP16
-	peers := make([]*syncPeer, k)
-	for i := range peers {
-		h := newHost(b, "tcp", testConfig(n))
-		svc, err := NewSyncService(h, cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = svc.Close() })
-		peers[i] = &syncPeer{h: h, svc: svc}
-	}
-	for i, a := range peers {
-		for _, c := range peers[i+1:] {
-			connect(b, a.h, c.h)
-		}
-	}
-	slices.SortFunc(peers, func(x, y *syncPeer) int { return strings.Compare(string(x.id()), string(y.id())) })
+	peers := benchSyncPeers(b, k, n, cfg)
 	l, members := peers[0], sortedIDs(peers...)
 	st := SyncState{Params: randVec(n, 1), Momentum: randVec(n, 2), Members: members}
 	if err := l.svc.Lead(st); err != nil {
@@ -1029,4 +999,26 @@ func BenchmarkSyncRoundLastMember(b *testing.B) {
 			})
 		}
 	}
+}
+
+// benchSyncPeers starts k connected sync services for vectors of n
+// values, sorted by peer ID (the first leads).
+func benchSyncPeers(b *testing.B, k, n int, cfg SyncConfig) []*syncPeer {
+	peers := make([]*syncPeer, k)
+	for i := range peers {
+		h := newHost(b, "tcp", testConfig(n))
+		svc, err := NewSyncService(h, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = svc.Close() })
+		peers[i] = &syncPeer{h: h, svc: svc}
+	}
+	for i, a := range peers {
+		for _, c := range peers[i+1:] {
+			connect(b, a.h, c.h)
+		}
+	}
+	slices.SortFunc(peers, func(x, y *syncPeer) int { return strings.Compare(string(x.id()), string(y.id())) })
+	return peers
 }
