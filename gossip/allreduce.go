@@ -313,10 +313,11 @@ type reduceOp struct {
 // AllReducer runs all-reduces among the members of a group, one at a time.
 //
 // Ownership: mu guards cur, ended, settled, abandoned, changed, closed and
-// the inbound and outbound stream tables. The goroutine inside AllReduce owns its buffer
-// and the sums; each inbound stream has one reader goroutine, which hands
-// checked messages to the current reduction through its channel; an
-// outbound stream is written by one sender at a time (its link's mutex).
+// the inbound and outbound stream tables. The goroutine inside AllReduce
+// owns its buffer and the sums; each inbound stream has one reader
+// goroutine, which hands checked messages to the current reduction through
+// its channel; an outbound stream is written by one sender at a time (its
+// link's mutex).
 type AllReducer struct {
 	h     host.Host
 	cfg   AllReduceConfig
