@@ -334,6 +334,7 @@ type SyncService struct {
 	cfg    SyncConfig
 	stats  syncCounters
 	reduce *AllReducer
+	saved  sync.Pool // *[]float32: contributions kept while an early all-reduce may be abandoned
 
 	// Guarded by mu.
 	role     syncRole
@@ -637,6 +638,9 @@ func (s *SyncService) collect(ctx context.Context, r *syncRound) (SyncState, err
 // to do, not a round trip to the leader and then the whole all-reduce.
 func (s *SyncService) reduceRound(ctx context.Context, c Contribution, answer func() (SyncState, error)) (SyncState, error) {
 	e := s.startEarly(ctx, c)
+	if e != nil {
+		defer s.saved.Put(&e.saved)
+	}
 	st, err := answer()
 	if err != nil {
 		if e != nil {
@@ -683,7 +687,11 @@ func (s *SyncService) startEarly(ctx context.Context, c Contribution) *earlyRedu
 		return nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	e := &earlyReduce{r: s.reduce, members: slices.Clone(c.Members), saved: slices.Clone(c.Params),
+	var saved []float32
+	if v, ok := s.saved.Get().(*[]float32); ok {
+		saved = *v
+	}
+	e := &earlyReduce{r: s.reduce, members: slices.Clone(c.Members), saved: append(saved[:0], c.Params...),
 		cancel: cancel, done: make(chan error, 1)}
 	e.id = ReduceID{Round: uint64(c.Round), Group: c.Base, List: ListHash(e.members)}
 	go func() { e.done <- e.r.AllReduce(ctx, e.id, e.members, c.Params) }()
