@@ -225,16 +225,34 @@ func (s *Service) release(p peer.ID) {
 
 // Pull fetches p's current snapshot.
 func (s *Service) Pull(ctx context.Context, p peer.ID) (params.Snapshot, error) {
-	return s.request(ctx, p, KindPull, nil)
+	remote, _, err := s.request(ctx, p, KindPull, nil)
+	return remote, err
 }
 
 // Exchange sends local to p and returns p's snapshot: each side then
 // computes its own merge weight. local must carry the service's
 // fingerprint (and Elements, if set).
 func (s *Service) Exchange(ctx context.Context, p peer.ID, local params.Snapshot) (params.Snapshot, error) {
+	remote, _, err := s.ExchangeTimed(ctx, p, local)
+	return remote, err
+}
+
+// Timing is how long the parts of a successful exchange took.
+type Timing struct {
+	// Answer is from the request's departure (on an open stream) to the
+	// responder's answer: about one round trip of the path, plus the
+	// responder's time to take it up. Our frame is on its way meanwhile,
+	// so Total less Answer is about the time the frames take to cross.
+	Answer time.Duration
+	// Total is the whole exchange, from opening the stream.
+	Total time.Duration
+}
+
+// ExchangeTimed is Exchange, and says how long its parts took.
+func (s *Service) ExchangeTimed(ctx context.Context, p peer.ID, local params.Snapshot) (params.Snapshot, Timing, error) {
 	f, err := s.encode(local)
 	if err != nil {
-		return params.Snapshot{}, err
+		return params.Snapshot{}, Timing{}, err
 	}
 	return s.request(ctx, p, KindExchange, f)
 }
@@ -289,39 +307,45 @@ func (s *Service) checkLocal(local params.Snapshot) error {
 // request runs the initiator's side of one stream:
 //
 //	pull:     -> request, CloseWrite; <- response, frame, EOF
-//	exchange: -> request; <- response; -> frame, CloseWrite;
-//	          <- response, frame, EOF
+//	exchange: -> request, frame, CloseWrite;
+//	          <- response, frame, response, EOF
 //
 // Each side writes only while the other reads, so neither can deadlock on
-// flow control; the responder reads the whole frame before it replies.
-func (s *Service) request(ctx context.Context, p peer.ID, kind RequestKind, local *Frame) (params.Snapshot, error) {
+// flow control. An exchange's frame follows its request without waiting
+// for the answer, so the two frames cross one round trip sooner; a
+// refusal stops it (the responder closes its reading side, and we reset
+// the stream once we have read the refusal).
+func (s *Service) request(ctx context.Context, p peer.ID, kind RequestKind, local *Frame) (params.Snapshot, Timing, error) {
 	start := time.Now()
 	ctx, x, end, err := s.dial(ctx, p, kind.String(), 0)
 	if err != nil {
-		return params.Snapshot{}, err
+		return params.Snapshot{}, Timing{}, err
 	}
 	defer end()
-	remote, err := s.converse(x, x.st, kind, local)
+	remote, answer, err := s.converse(x, x.st, kind, local)
 	if err != nil {
 		err = s.fail(ctx, x, p, kind.String(), err)
 		if errors.Is(err, ErrPeerBusy) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRefused) {
 			s.counters.refusedByPeer.Add(1)
 		}
-		return params.Snapshot{}, err
+		return params.Snapshot{}, Timing{}, err
 	}
 	_ = x.st.Close()
 	// The peer took its snapshot after our request reached it; counting
 	// the whole exchange errs on the old side.
-	remote.Age += time.Since(start)
+	total := time.Since(start)
+	remote.Age += total
 	if kind == KindPull {
 		s.counters.pullsDone.Add(1)
 	} else {
 		s.counters.exchangesDone.Add(1)
 	}
-	return remote, nil
+	return remote, Timing{Answer: answer, Total: total}, nil
 }
 
-func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, local *Frame) (params.Snapshot, error) {
+// converse runs the request on an open stream and returns the remote
+// snapshot and how long the answer to the request took.
+func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, local *Frame) (params.Snapshot, time.Duration, error) {
 	q := Request{Kind: kind, Fingerprint: s.cfg.Fingerprint, Elements: uint64(s.cfg.Elements)}
 	want := s.cfg.Elements
 	if kind == KindExchange {
@@ -329,8 +353,9 @@ func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, loc
 		want = int(q.Elements)
 	}
 	qb := q.Marshal()
+	sentAt := time.Now()
 	if err := x.writeAll(qb[:]); err != nil {
-		return params.Snapshot{}, fmt.Errorf("write request: %w", err)
+		return params.Snapshot{}, 0, fmt.Errorf("write request: %w", err)
 	}
 	// Ending our side cannot fail in a way the response would not show:
 	// a responder that answers and closes at once (as a refusal does) has,
@@ -338,19 +363,21 @@ func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, loc
 	// the answer waiting to be read; a broken stream fails the read too.
 	if kind == KindPull {
 		_ = st.CloseWrite()
-	}
-	if err := x.readResponse(true); err != nil {
-		return params.Snapshot{}, err
-	}
-	if kind == KindPull {
+		if err := x.readResponse(true); err != nil {
+			return params.Snapshot{}, 0, err
+		}
+		answer := time.Since(sentAt)
 		remote, err := s.reader(x, want).ReadFrame(x)
 		if err != nil {
-			return params.Snapshot{}, err
+			return params.Snapshot{}, 0, err
 		}
-		return remote, x.expectEOF()
+		return remote, answer, x.expectEOF()
 	}
-	// The two frames cross: ours goes out on its own goroutine while we
-	// read the responder's, so an exchange costs one transfer, not two.
+	// Our frame goes out on its own goroutine, right behind the request,
+	// while we read the answer and the responder's frame: the frames
+	// cross, so an exchange costs one transfer and one round trip. On a
+	// refusal the reset below stops the writer; what it sent by then is
+	// what the responder discards.
 	sent := make(chan error, 1)
 	go func() {
 		err := s.writer(x).Send(x, local)
@@ -359,7 +386,12 @@ func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, loc
 		}
 		sent <- err
 	}()
-	remote, err := s.reader(x, want).ReadFrame(x)
+	err := x.readResponse(true)
+	answer := time.Since(sentAt)
+	var remote params.Snapshot
+	if err == nil {
+		remote, err = s.reader(x, want).ReadFrame(x)
+	}
 	if err == nil {
 		// The responder's verdict on our frame follows its own.
 		err = x.readResponse(false)
@@ -370,12 +402,12 @@ func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, loc
 	if err != nil {
 		_ = st.Reset() // stops our writer if it is still sending
 		<-sent
-		return params.Snapshot{}, err
+		return params.Snapshot{}, 0, err
 	}
 	if err := <-sent; err != nil {
-		return params.Snapshot{}, err
+		return params.Snapshot{}, 0, err
 	}
-	return remote, nil
+	return remote, answer, nil
 }
 
 // handle serves one inbound stream once its request header has arrived

@@ -70,11 +70,14 @@ func TestExchangeBetweenHosts(t *testing.T) {
 			}
 			sameParams(t, got, b.snap)
 
-			got, err = a.svc.Exchange(ctx, b.h.ID(), a.snap)
+			got, tm, err := a.svc.ExchangeTimed(ctx, b.h.ID(), a.snap)
 			if err != nil {
 				t.Fatal(err)
 			}
 			sameParams(t, got, b.snap)
+			if tm.Answer <= 0 || tm.Answer > tm.Total {
+				t.Errorf("timing %+v: want an answer within the exchange", tm)
+			}
 			select {
 			case s := <-b.received:
 				sameParams(t, s, a.snap)
@@ -106,6 +109,66 @@ func TestExchangeBetweenHosts(t *testing.T) {
 				if n != 0 || sb.Rejected[r] != 0 {
 					t.Errorf("honest traffic counted as %v", r)
 				}
+			}
+		})
+	}
+}
+
+// An exchange's frame follows its request without waiting for the
+// answer: a responder that reads the whole of the initiator's frame before
+// it answers (as a slow link sees it, the frame arriving one round trip
+// sooner) still completes the exchange. An initiator that waited for the
+// answer first would stall here until its chunk timeout.
+func TestExchangeFrameFollowsRequest(t *testing.T) {
+	for _, transport := range []string{"tcp", "quic"} {
+		t.Run(transport, func(t *testing.T) {
+			checkLeaks(t)
+			a := newNode(t, transport, testConfig(testN), 1)
+			b := newAttackerHost(t, transport)
+			connect(t, a.h, b)
+			theirs := testSnapshot(testN, 2)
+			hdr := FrameHeader{DType: FP32, Fingerprint: testFP, Elements: testN, Step: 7, Progress: 224, ChunkSize: MinChunkSize}
+			ok := Response{Status: StatusOK}.Marshal()
+			got := make(chan []byte, 1)
+			b.SetStreamHandler(ProtocolID, func(s network.Stream) {
+				_ = s.SetDeadline(time.Now().Add(10 * time.Second))
+				// The request, then everything the initiator sends, up to
+				// its CloseWrite, before a byte of answer.
+				in, err := io.ReadAll(s)
+				got <- in
+				if err != nil {
+					_ = s.Reset()
+					return
+				}
+				var out []byte
+				out = append(out, ok[:]...)
+				out = append(out, frameOf(hdr, theirs.Params)...)
+				out = append(out, ok[:]...) // the verdict on the initiator's frame
+				if _, err := s.Write(out); err != nil {
+					_ = s.Reset()
+					return
+				}
+				_ = s.Close()
+			})
+			remote, err := a.svc.Exchange(t.Context(), b.ID(), a.snap)
+			if err != nil {
+				t.Fatal("exchange with a responder that reads the frame before it answers:", err)
+			}
+			if remote.Step != 7 || remote.Progress != 224 {
+				t.Fatalf("got step %d progress %v, want 7 and 224", remote.Step, remote.Progress)
+			}
+			sameParams(t, params.Snapshot{Fingerprint: testFP, Step: 7, Progress: 224, Params: theirs.Params}, remote)
+			in := <-got
+			if want := RequestSize + FrameHeaderSize + 4*testN; len(in) != want {
+				t.Fatalf("responder read %d bytes before answering, want the request and the whole frame, %d", len(in), want)
+			}
+			q, err := ParseRequest(in[:RequestSize])
+			if err != nil || q.Kind != KindExchange {
+				t.Fatalf("request %+v, err %v", q, err)
+			}
+			h, err := ParseFrameHeader(in[RequestSize : RequestSize+FrameHeaderSize])
+			if err != nil || h.Elements != testN || h.Step != a.snap.Step {
+				t.Fatalf("frame header %+v, err %v", h, err)
 			}
 		})
 	}
