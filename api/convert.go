@@ -23,7 +23,7 @@ func statusFrom(s node.Status) StatusResponse {
 		NetworkWaitS: s.NetworkWaitS, Peers: s.Peers, Merges: s.Merges, PeerMerges: maps.Clone(s.PeerMerges),
 		LastMerge: mergeFrom(s.LastMerge), CatchUps: s.CatchUps, ExchangesStarted: s.ExchangesStarted,
 		ExchangeFailedShare: s.ExchangeFailedShare, ExchangesFailed: s.ExchangesFailed,
-		ModelAgeS: s.ModelAgeS, ExchangeS: s.ExchangeS, AvgWaitS: s.AvgWaitS,
+		ModelAgeS: s.ModelAgeS, ExchangeS: s.ExchangeS, ExchangeAnswerS: s.ExchangeAnswerS, AvgWaitS: s.AvgWaitS,
 		ExchangeTimeouts: s.ExchangeTimeouts, InboundDropped: s.InboundDropped, Gossip: gossipFrom(s.Gossip),
 		Trust: trustFrom(s.Trust), LastCheckpoint: checkpointPtr(s.LastCheckpoint), Reachability: reachabilityFrom(s.Reachability),
 		Run:   runFrom(s.Run),

@@ -44,13 +44,15 @@ type StatusResponse struct {
 	InboundDropped      int64   `json:"inbound_dropped"`
 	// ModelAgeS: seconds since the model last took in a peer's model (what
 	// peers measure its staleness by); ExchangeS: the average exchange this
-	// node started; AvgWaitS: the latest wait between them.
-	ModelAgeS      float64         `json:"model_age_s"`
-	ExchangeS      float64         `json:"exchange_s"`
-	AvgWaitS       float64         `json:"avg_wait_s"`
-	Gossip         GossipStats     `json:"gossip"`
-	Trust          TrustStats      `json:"trust"`
-	LastCheckpoint *CheckpointInfo `json:"last_checkpoint,omitempty"`
+	// node started; ExchangeAnswerS: the average time their answer took
+	// (about a round trip); AvgWaitS: the latest wait between them.
+	ModelAgeS       float64         `json:"model_age_s"`
+	ExchangeS       float64         `json:"exchange_s"`
+	ExchangeAnswerS float64         `json:"exchange_answer_s"`
+	AvgWaitS        float64         `json:"avg_wait_s"`
+	Gossip          GossipStats     `json:"gossip"`
+	Trust           TrustStats      `json:"trust"`
+	LastCheckpoint  *CheckpointInfo `json:"last_checkpoint,omitempty"`
 	// Reachability: whether peers can dial this node and how it reaches
 	// them (absent offline).
 	Reachability *Reachability `json:"reachability,omitempty"`

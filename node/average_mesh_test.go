@@ -33,7 +33,11 @@ func TestReportedAverageTakesInMergedModels(t *testing.T) {
 		})
 		for name, m := range map[string]*meshNode{"a": a, "b": b} {
 			m.stop(t)
-			merges := m.Status().Merges
+			status := m.Status()
+			if status.ExchangeS > 0 && (status.ExchangeAnswerS <= 0 || status.ExchangeAnswerS > status.ExchangeS) {
+				t.Errorf("node %s: exchanges of %v s whose answers took %v s on average", name, status.ExchangeS, status.ExchangeAnswerS)
+			}
+			merges := status.Merges
 			st := node.TrainerOf(m.Node).State()
 			var own train.State
 			if err := json.Unmarshal(st.Own, &own); err != nil {

@@ -28,10 +28,11 @@ type averager struct {
 	core *merge.Core
 	pace merge.Pace   // owned by run
 	wait atomic.Int64 // the latest wait between rounds, ns (status)
-	// exchange is pace's average exchange, ns (status)
-	exchange atomic.Int64
-	buf      []float32 // scratch: our model at a decision
-	inbound  chan inboundModel
+	// exchange and answer are pace's average exchange and its answer's
+	// time, ns (status)
+	exchange, answer atomic.Int64
+	buf              []float32 // scratch: our model at a decision
+	inbound          chan inboundModel
 	// judgedCatchUp: a pulled model was judged since the process started
 	// (taken or refused), which ends the starting node's relative catch-up
 	// (merge.ChoosePartner). Owned by run.
@@ -140,7 +141,7 @@ func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send
 	}
 	ectx, cancel := context.WithTimeout(ctx, n.cfg.ExchangeTimeout)
 	start := time.Now()
-	remote, err := n.svc.Exchange(ectx, p, n.outgoing(n.snapshot()))
+	remote, tm, err := n.svc.ExchangeTimed(ectx, p, n.outgoing(n.snapshot()))
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -148,8 +149,9 @@ func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send
 		}
 		return p
 	}
-	a.pace.Exchanged(time.Since(start))
+	a.pace.Exchanged(time.Since(start), tm.Answer)
 	a.exchange.Store(int64(a.pace.Exchange()))
+	a.answer.Store(int64(a.pace.Answer()))
 	a.merge(p, remote, false)
 	return p
 }

@@ -47,14 +47,17 @@ type Status struct {
 	InboundDropped      int64   `json:"inbound_dropped"`
 	// ModelAgeS is the model's age (params.Snapshot.Age): seconds since it
 	// last took in a peer's model. ExchangeS is the moving average of the
-	// exchanges this node started, and AvgWaitS the latest wait between
-	// them (merge.Pace: --avg-interval, or half the exchange time on a slow link).
-	ModelAgeS      float64      `json:"model_age_s"`
-	ExchangeS      float64      `json:"exchange_s"`
-	AvgWaitS       float64      `json:"avg_wait_s"`
-	Gossip         gossip.Stats `json:"gossip"`
-	Trust          TrustStats   `json:"trust"`
-	LastCheckpoint *store.Info  `json:"last_checkpoint,omitempty"`
+	// exchanges this node started, ExchangeAnswerS of the time their
+	// answer took (about the round trip to the peers), and AvgWaitS the
+	// latest wait between them (merge.Pace: --avg-interval, or half the
+	// exchange's transfer time on a slow link).
+	ModelAgeS       float64      `json:"model_age_s"`
+	ExchangeS       float64      `json:"exchange_s"`
+	ExchangeAnswerS float64      `json:"exchange_answer_s"`
+	AvgWaitS        float64      `json:"avg_wait_s"`
+	Gossip          gossip.Stats `json:"gossip"`
+	Trust           TrustStats   `json:"trust"`
+	LastCheckpoint  *store.Info  `json:"last_checkpoint,omitempty"`
 	// Reachability is what the node knows of its own reachability and how
 	// it reaches its peers (absent offline).
 	Reachability *NodeReachability `json:"reachability,omitempty"`
@@ -151,6 +154,7 @@ func (n *Node) Status() Status {
 		st.ExchangesFailed, st.ExchangeTimeouts, st.InboundDropped = a.failed.Load(), a.timeouts.Load(), a.dropped.Load()
 		st.ExchangesStarted, st.ExchangeFailedShare = a.reach.started.Load(), a.reach.failedShare()
 		st.ExchangeS, st.AvgWaitS = time.Duration(a.exchange.Load()).Seconds(), time.Duration(a.wait.Load()).Seconds()
+		st.ExchangeAnswerS = time.Duration(a.answer.Load()).Seconds()
 	}
 	if n.cfg.Mode != ModeLocal && !n.cfg.Offline {
 		st.ModelAgeS = n.modelAge(time.Now()).Seconds()

@@ -672,7 +672,7 @@ func (s *simulation) deliverA(x *exchange) {
 	} else {
 		// Only exchanges pace the next: the node's catch-up leaves its
 		// pace alone.
-		a.pace.Exchanged(s.now - x.start)
+		a.pace.Exchanged(s.now-x.start, 2*s.cfg.Latency)
 		s.merge(a, x.b, &x.bSnap)
 	}
 	s.nextRound(a)

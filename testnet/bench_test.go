@@ -1060,7 +1060,7 @@ func TestReportSaysHowEachModeDiffersFromANodesDefaults(t *testing.T) {
 	}
 	report := buf.String()
 	for _, want := range []string{
-		"**gossip** runs with a node's defaults (no training or gossip flag beyond the harness's): every node starts a merge every 50 ms",
+		"**gossip** runs with a node's defaults (no training or gossip flag beyond the harness's): every node starts a merge with one random peer every 50 ms at most",
 		"**W = 10.00 s**",
 		"| gossip | none |",
 		"| gossip-const | `--staleness const` |",

@@ -429,7 +429,8 @@ func writeMethod(b *strings.Builder, r *Results, level int) {
 	} else {
 		p("- **gossip** runs with a node's defaults except %s", code(g))
 	}
-	p(": every node starts a merge every %.0f ms (±20%%) with one random peer, base weight %g, staleness decay `%s`, "+
+	p(": every node starts a merge with one random peer every %g ms at most, or as its pace allows (one step, and half the "+
+		"time its recent exchanges took less the round trip of their answer), ±20%%, base weight %g, staleness decay `%s`, "+
 		"models sent as %s, learning rate %g with schedule `%s` over a run of %g epochs on the run clock (%g x %d samples, "+
 		"every node's samples added up). Every node ends the run by itself. ", 1000*st.AvgIntervalS, st.Alpha, st.Staleness,
 		st.WireDType, lr, sched, epochs, epochs, st.TrainSamples)
