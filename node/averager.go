@@ -140,7 +140,6 @@ func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send
 		return p
 	}
 	ectx, cancel := context.WithTimeout(ctx, n.cfg.ExchangeTimeout)
-	start := time.Now()
 	remote, tm, err := n.svc.ExchangeTimed(ectx, p, n.outgoing(n.snapshot()))
 	cancel()
 	if err != nil {
@@ -149,7 +148,7 @@ func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send
 		}
 		return p
 	}
-	a.pace.Exchanged(time.Since(start), tm.Answer)
+	a.pace.Exchanged(tm.Total, tm.Answer)
 	a.exchange.Store(int64(a.pace.Exchange()))
 	a.answer.Store(int64(a.pace.Answer()))
 	a.merge(p, remote, false)
