@@ -58,6 +58,11 @@ func tamper(f *Frame, fn func(*Frame)) *Frame {
 // reseal makes the header agree with the payload: whole elements only,
 // their count, and their checksum.
 func (f *Frame) reseal() {
+	if f.Header.DType == INT8 {
+		// The tamper kept the layout whole and set Elements.
+		f.Header.Checksum = crc32.Checksum(f.payload, castagnoli)
+		return
+	}
 	es := f.Header.DType.Size()
 	f.payload = f.payload[:len(f.payload)/es*es]
 	f.Header.Elements = uint64(len(f.payload) / es)
@@ -71,8 +76,7 @@ func NaNTamper(fraction float64, seed uint64) func(*Frame) {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(seed, 0x6e616e))
 	return func(f *Frame) {
-		es := f.Header.DType.Size()
-		n := len(f.payload) / es
+		n := int(f.Header.Elements)
 		if n == 0 {
 			return
 		}
@@ -82,6 +86,9 @@ func NaNTamper(fraction float64, seed uint64) func(*Frame) {
 		for range k {
 			i := rng.IntN(n)
 			switch f.Header.DType {
+			case INT8:
+				// The element's block scale: the whole block decodes to NaN.
+				binary.LittleEndian.PutUint32(f.payload[4*(i/Int8Block):], math.Float32bits(float32(math.NaN())))
 			case FP16:
 				binary.LittleEndian.PutUint16(f.payload[2*i:], 0x7e00) // quiet NaN
 			default:
@@ -96,6 +103,10 @@ func NaNTamper(fraction float64, seed uint64) func(*Frame) {
 // one): a model of another shape under the same fingerprint.
 func ResizeTamper(delta int) func(*Frame) {
 	return func(f *Frame) {
+		if f.Header.DType == INT8 {
+			resizeInt8(f, delta)
+			return
+		}
 		es := f.Header.DType.Size()
 		if delta >= 0 {
 			f.payload = append(f.payload, make([]byte, delta*es)...)
@@ -104,4 +115,19 @@ func ResizeTamper(delta int) func(*Frame) {
 		keep := max(1, len(f.payload)/es+delta)
 		f.payload = f.payload[:keep*es]
 	}
+}
+
+// resizeInt8 is ResizeTamper for an int8 frame: decoded, resized and
+// encoded again, so the scales and values stay a valid layout.
+func resizeInt8(f *Frame, delta int) {
+	v := make([]float32, f.Header.Elements)
+	newInt8Decoder(f.Header.Elements).decode(v, f.payload)
+	if delta >= 0 {
+		v = append(v, make([]float32, delta)...)
+	} else {
+		v = v[:max(1, len(v)+delta)]
+	}
+	f.payload = make([]byte, int8PayloadSize(uint64(len(v))))
+	encodeInt8(f.payload, v)
+	f.Header.Elements = uint64(len(v))
 }

@@ -29,7 +29,7 @@ func roundTrip(t *testing.T, f *Frame, l Limits) (params.Snapshot, error) {
 
 func TestTamperedFrames(t *testing.T) {
 	const n = 1000
-	for _, dt := range []DType{FP32, FP16} {
+	for _, dt := range []DType{FP32, FP16, INT8} {
 		t.Run(dt.String(), func(t *testing.T) {
 			snap := testSnapshot(n, 3)
 			orig := slices.Clone(snap.Params)
@@ -56,23 +56,37 @@ func TestTamperedFrames(t *testing.T) {
 					t.Fatalf("header %+v after NaNs, want %d elements and a new checksum", c.Header, n)
 				}
 				nans := 0
-				for i := range n {
-					var x float64
-					if dt == FP16 {
-						var one [1]float32
-						decodeFP16(one[:], c.payload[2*i:2*i+2])
-						x = float64(one[0])
-					} else {
-						x = float64(math.Float32frombits(uint32(c.payload[4*i]) | uint32(c.payload[4*i+1])<<8 |
-							uint32(c.payload[4*i+2])<<16 | uint32(c.payload[4*i+3])<<24))
+				if dt == INT8 {
+					// Each drawn element's block scale: its whole block.
+					v := make([]float32, n)
+					newInt8Decoder(n).decode(v, c.payload)
+					for _, x := range v {
+						if math.IsNaN(float64(x)) {
+							nans++
+						}
 					}
-					if math.IsNaN(x) {
-						nans++
+					if nans == 0 || (nans%Int8Block != 0 && nans%Int8Block != n%Int8Block) {
+						t.Errorf("%d NaNs, want whole blocks", nans)
 					}
-				}
-				// 50 draws with replacement out of 1000 positions.
-				if nans < 40 || nans > 50 {
-					t.Errorf("%d NaNs, want about 50", nans)
+				} else {
+					for i := range n {
+						var x float64
+						if dt == FP16 {
+							var one [1]float32
+							decodeFP16(one[:], c.payload[2*i:2*i+2])
+							x = float64(one[0])
+						} else {
+							x = float64(math.Float32frombits(uint32(c.payload[4*i]) | uint32(c.payload[4*i+1])<<8 |
+								uint32(c.payload[4*i+2])<<16 | uint32(c.payload[4*i+3])<<24))
+						}
+						if math.IsNaN(x) {
+							nans++
+						}
+					}
+					// 50 draws with replacement out of 1000 positions.
+					if nans < 40 || nans > 50 {
+						t.Errorf("%d NaNs, want about 50", nans)
+					}
 				}
 				_, err := roundTrip(t, c, Limits{Fingerprint: testFP, Elements: n})
 				if ReasonOf(err) != ReasonNonFinite {
@@ -108,7 +122,11 @@ func TestTamperedFrames(t *testing.T) {
 					t.Fatalf("delta %d: read %d elements, want %d", tc.delta, len(got.Params), tc.want)
 				}
 				for i := range min(n, tc.want) {
-					if d := math.Abs(float64(got.Params[i] - orig[i])); d > math.Abs(float64(orig[i]))/1024+1e-6 {
+					tol := math.Abs(float64(orig[i]))/1024 + 1e-6
+					if dt == INT8 {
+						tol = 0.05 // two roundings of 1/254 of a block's largest, about 3
+					}
+					if d := math.Abs(float64(got.Params[i] - orig[i])); d > tol {
 						t.Fatalf("delta %d: element %d is %g, want %g", tc.delta, i, got.Params[i], orig[i])
 					}
 				}

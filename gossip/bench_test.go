@@ -29,11 +29,11 @@ func reportGBps(b *testing.B, bytesPerOp int64) {
 	b.ReportMetric(float64(bytesPerOp)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 }
 
-// BenchmarkCodec: encode and decode of a 100 MB fp32 (and fp16) snapshot
+// BenchmarkCodec: encode and decode of a 100 MB fp32 (fp16, int8) snapshot
 // in memory, checksum and finiteness checks included.
 func BenchmarkCodec(b *testing.B) {
 	s := testSnapshot(benchN, 1)
-	for _, dt := range []DType{FP32, FP16} {
+	for _, dt := range []DType{FP32, FP16, INT8} {
 		w := FrameWriter{DType: dt}
 		var buf bytes.Buffer
 		if err := w.WriteFrame(&buf, s); err != nil {

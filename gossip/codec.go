@@ -76,15 +76,21 @@ type DType uint8
 const (
 	FP32 DType = 1 // IEEE 754 binary32, 4 bytes, exact
 	FP16 DType = 2 // IEEE 754 binary16, 2 bytes, rounded to nearest even
+	// INT8: a byte per element and a float32 scale per Int8Block
+	// elements, blockwise absmax quantization (int8.go).
+	INT8 DType = 3
 )
 
-// Size is the number of payload bytes per element (0 if unknown).
+// Size is the number of payload bytes per element (0 if unknown); int8
+// payloads carry a scale per Int8Block elements on top (PayloadSize).
 func (d DType) Size() int {
 	switch d {
 	case FP32:
 		return 4
 	case FP16:
 		return 2
+	case INT8:
+		return 1
 	}
 	return 0
 }
@@ -95,19 +101,34 @@ func (d DType) String() string {
 		return "fp32"
 	case FP16:
 		return "fp16"
+	case INT8:
+		return "int8"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
 
-// ParseDType reads "fp32" or "fp16" (a flag value).
+// Reduced is what the all-reduce (sync and diloco rounds) sends for a node
+// that sends its models as d: the same, but fp16 for int8. The all-reduce
+// has no int8: its partial sums would be rounded again at every hop, and
+// DDP's compression hooks stop at fp16 too.
+func (d DType) Reduced() DType {
+	if d == INT8 {
+		return FP16
+	}
+	return d
+}
+
+// ParseDType reads "fp32", "fp16" or "int8" (a flag value).
 func ParseDType(s string) (DType, error) {
 	switch s {
 	case "fp32":
 		return FP32, nil
 	case "fp16":
 		return FP16, nil
+	case "int8":
+		return INT8, nil
 	}
-	return 0, fmt.Errorf("%w: dtype %q (want fp32 or fp16)", ErrBadConfig, s)
+	return 0, fmt.Errorf("%w: dtype %q (want fp32, fp16 or int8)", ErrBadConfig, s)
 }
 
 // FrameHeader describes one parameter frame: a frozen snapshot's metadata
@@ -116,7 +137,7 @@ type FrameHeader struct {
 	DType       DType
 	Fingerprint params.Fingerprint
 	// Elements is the number of parameters; the payload is
-	// Elements*DType.Size() bytes.
+	// Elements*DType.Size() bytes, plus the scales of an int8 payload.
 	Elements uint64
 	Step     int64
 	Progress params.Progress
@@ -139,7 +160,12 @@ type FrameHeader struct {
 }
 
 // PayloadSize is the number of payload bytes that follow the header.
-func (h FrameHeader) PayloadSize() uint64 { return h.Elements * uint64(h.DType.Size()) }
+func (h FrameHeader) PayloadSize() uint64 {
+	if h.DType == INT8 {
+		return int8PayloadSize(h.Elements)
+	}
+	return h.Elements * uint64(h.DType.Size())
+}
 
 // Marshal encodes the header as it goes on the wire.
 func (h FrameHeader) Marshal() [FrameHeaderSize]byte {
@@ -255,7 +281,8 @@ func (l Limits) Check(h FrameHeader) error {
 type FrameWriter struct {
 	// DType is the payload type to send, FP32 if zero. FP16 falls back to
 	// FP32 for a snapshot holding a finite value beyond ±MaxFP16, because
-	// the receiver would see Inf and reject the frame.
+	// the receiver would see Inf and reject the frame; INT8 does for one
+	// beyond ±1e38.
 	DType DType
 	// ChunkSize in bytes, DefaultChunkSize if zero; see MinChunkSize.
 	ChunkSize int
@@ -299,9 +326,15 @@ func (e FrameWriter) Encode(s params.Snapshot) (*Frame, error) {
 		return nil, fmt.Errorf("%w: step %d progress %v", ErrBadSnapshot, s.Step, float64(s.Progress))
 	}
 	var payload []byte
-	if dt == FP16 {
+	switch dt {
+	case FP16:
 		payload = make([]byte, 2*len(s.Params))
 		if encodeFP16(payload, s.Params) {
+			dt, payload = FP32, nil
+		}
+	case INT8:
+		payload = make([]byte, int8PayloadSize(uint64(len(s.Params))))
+		if encodeInt8(payload, s.Params) {
 			dt, payload = FP32, nil
 		}
 	}
@@ -316,7 +349,8 @@ func (e FrameWriter) Encode(s params.Snapshot) (*Frame, error) {
 		}
 	}
 	// One pass over the parameters, block by block while each is in
-	// cache: check finiteness and checksum the payload.
+	// cache: check finiteness and checksum the payload (an int8 payload,
+	// whose scales come first, is checksummed whole).
 	var crc uint32
 	es := dt.Size()
 	for off := 0; off < len(s.Params); off += hashBlock {
@@ -324,7 +358,12 @@ func (e FrameWriter) Encode(s params.Snapshot) (*Frame, error) {
 		if !params.AllFinite(s.Params[off:end]) {
 			return nil, fmt.Errorf("%w: %w", ErrBadSnapshot, params.ErrNonFinite)
 		}
-		crc = crc32.Update(crc, castagnoli, payload[off*es:end*es])
+		if dt != INT8 {
+			crc = crc32.Update(crc, castagnoli, payload[off*es:end*es])
+		}
+	}
+	if dt == INT8 {
+		crc = crc32.Checksum(payload, castagnoli)
 	}
 	return &Frame{
 		Header: FrameHeader{
@@ -419,8 +458,12 @@ func (d FrameReader) ReadFrame(r io.Reader) (params.Snapshot, error) {
 	finite := true
 	size := int(h.PayloadSize())
 	var buf []byte
-	if h.DType == FP16 || !zeroCopy {
+	if h.DType != FP32 || !zeroCopy {
 		buf = make([]byte, min(chunk, size))
+	}
+	var q8 *int8Decoder
+	if h.DType == INT8 {
+		q8 = newInt8Decoder(h.Elements)
 	}
 	for off := 0; off < size; off += chunk {
 		end := min(off+chunk, size)
@@ -434,7 +477,8 @@ func (d FrameReader) ReadFrame(r io.Reader) (params.Snapshot, error) {
 			return params.Snapshot{}, fmt.Errorf("read frame payload at byte %d of %d: %w", off, size, err)
 		}
 		crc = crc32.Update(crc, castagnoli, p)
-		// Chunk sizes are multiples of 4, so element boundaries align.
+		// Chunk sizes are multiples of 4, so element (and int8 scale)
+		// boundaries align.
 		var dst []float32
 		switch h.DType {
 		case FP32:
@@ -447,6 +491,8 @@ func (d FrameReader) ReadFrame(r io.Reader) (params.Snapshot, error) {
 		case FP16:
 			dst = out[off/2 : end/2]
 			decodeFP16(dst, p)
+		case INT8:
+			dst = q8.decode(out, p)
 		}
 		// Checked while the chunk is still in cache; reported after the
 		// checksum.
@@ -525,6 +571,9 @@ type Request struct {
 	// Elements the initiator expects (and, for an exchange, sends); 0 if
 	// unknown.
 	Elements uint64
+	// DType is the precision the initiator asks the responder's frame in,
+	// the one it sends its own in (0: the responder's choice).
+	DType DType
 }
 
 // Marshal encodes the request as it goes on the wire.
@@ -533,6 +582,7 @@ func (q Request) Marshal() [RequestSize]byte {
 	copy(b[0:4], requestMagic[:])
 	b[4] = WireVersion
 	b[5] = byte(q.Kind)
+	b[6] = byte(q.DType)
 	copy(b[8:40], q.Fingerprint[:])
 	binary.LittleEndian.PutUint64(b[40:48], q.Elements)
 	return b
@@ -549,12 +599,15 @@ func ParseRequest(b []byte) (Request, error) {
 	if b[4] != WireVersion {
 		return Request{}, fmt.Errorf("%w: request version %d", ErrBadVersion, b[4])
 	}
-	q := Request{Kind: RequestKind(b[5]), Elements: binary.LittleEndian.Uint64(b[40:48])}
+	q := Request{Kind: RequestKind(b[5]), DType: DType(b[6]), Elements: binary.LittleEndian.Uint64(b[40:48])}
 	copy(q.Fingerprint[:], b[8:40])
 	if q.Kind != KindPull && q.Kind != KindExchange {
 		return q, fmt.Errorf("%w: request kind %d", ErrProtocol, b[5])
 	}
-	if b[6] != 0 || b[7] != 0 {
+	if q.DType != 0 && q.DType.Size() == 0 {
+		return q, fmt.Errorf("%w: request for dtype %d", ErrProtocol, b[6])
+	}
+	if b[7] != 0 {
 		return q, fmt.Errorf("%w: reserved request bytes set", ErrProtocol)
 	}
 	return q, nil

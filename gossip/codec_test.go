@@ -186,7 +186,7 @@ func TestReadFrameHostile(t *testing.T) {
 		{"nan progress", with(func(h *FrameHeader) { h.Progress = params.Progress(math.NaN()) }), lim, ReasonNonFinite},
 		{"negative progress", with(func(h *FrameHeader) { h.Progress = -1 }), lim, ReasonProtocol},
 		{"negative step", with(func(h *FrameHeader) { h.Step = -1 }), lim, ReasonProtocol},
-		{"unknown dtype", with(func(h *FrameHeader) { h.DType = 3 }), lim, ReasonProtocol},
+		{"unknown dtype", with(func(h *FrameHeader) { h.DType = 9 }), lim, ReasonProtocol},
 		{"zero elements", with(func(h *FrameHeader) { h.Elements = 0 }), Limits{}, ReasonProtocol},
 		{"tiny chunks", with(func(h *FrameHeader) { h.ChunkSize = 16 }), lim, ReasonProtocol},
 		{"odd chunks", with(func(h *FrameHeader) { h.ChunkSize = MinChunkSize + 1 }), lim, ReasonProtocol},
@@ -338,10 +338,13 @@ func TestLimitsCheck(t *testing.T) {
 
 func TestRequestResponseRoundTrip(t *testing.T) {
 	q := Request{Kind: KindExchange, Fingerprint: testFP, Elements: 7}
-	b := q.Marshal()
-	got, err := ParseRequest(b[:])
-	if err != nil || got != q {
-		t.Fatalf("request %+v, %v", got, err)
+	for _, dt := range []DType{0, FP32, FP16, INT8} {
+		q.DType = dt
+		b := q.Marshal()
+		got, err := ParseRequest(b[:])
+		if err != nil || got != q {
+			t.Fatalf("request %+v, %v", got, err)
+		}
 	}
 	for _, r := range []Response{{Status: StatusOK}, {Status: StatusBusy}, {Status: StatusUnavailable}, {Status: StatusRejected, Reason: ReasonChecksum}} {
 		b := r.Marshal()
@@ -361,6 +364,7 @@ func TestRequestResponseRoundTrip(t *testing.T) {
 		"version":      {bad(qb[:], 4, 9), ReasonBadVersion},
 		"kind":         {bad(qb[:], 5, 7), ReasonProtocol},
 		"reserved":     {bad(qb[:], 7, 1), ReasonProtocol},
+		"dtype":        {bad(qb[:], 6, 9), ReasonProtocol},
 		"kind zero":    {bad(qb[:], 5, 0), ReasonProtocol},
 		"frame as req": {craftFrame(FrameHeader{}, nil)[:RequestSize], ReasonBadMagic},
 	} {
@@ -419,11 +423,19 @@ func TestGoldenHeaders(t *testing.T) {
 	qb := Request{Kind: KindExchange, Fingerprint: fp, Elements: 101770}.Marshal()
 	rb := Response{Status: StatusRejected, Reason: ReasonNonFinite}.Marshal()
 	full := craftFrame(FrameHeader{DType: FP16, Fingerprint: fp, Elements: 3, Step: 2, Progress: 64, ChunkSize: MinChunkSize}, []byte{0x00, 0x3c, 0x00, 0xc0, 0x55, 0x35})
+	// The int8 frame as the encoder writes it: one block's scale 2/127,
+	// then 64, -127, 21.
+	var q8 bytes.Buffer
+	if err := (FrameWriter{DType: INT8, ChunkSize: MinChunkSize}).WriteFrame(&q8,
+		params.Snapshot{Fingerprint: fp, Step: 2, Progress: 64, Params: []float32{1, -2, 0.333}}); err != nil {
+		t.Fatal(err)
+	}
 	for name, b := range map[string][]byte{
 		"frame_header.golden": hb[:],
 		"request.golden":      qb[:],
 		"response.golden":     rb[:],
 		"frame_fp16_3.golden": full,
+		"frame_int8_3.golden": q8.Bytes(),
 	} {
 		path := filepath.Join("testdata", name)
 		got := hex.Dump(b)
@@ -448,6 +460,12 @@ func TestGoldenHeaders(t *testing.T) {
 	s, err := FrameReader{}.ReadFrame(bytes.NewReader(full))
 	if err != nil || s.Params[0] != 1 || s.Params[1] != -2 || s.Step != 2 || s.Progress != 64 {
 		t.Fatalf("golden fp16 frame decodes to %+v, %v", s, err)
+	}
+	scale := float32(2)
+	scale /= 127
+	s, err = FrameReader{}.ReadFrame(bytes.NewReader(q8.Bytes()))
+	if err != nil || s.Params[0] != 64*scale || s.Params[1] != -127*scale || s.Params[2] != 21*scale {
+		t.Fatalf("golden int8 frame decodes to %+v, %v", s, err)
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package gossip owns meshtrain's libp2p protocols: the parameter exchange
-// (/meshtrain/params/2.0.0), which moves frozen snapshots between two peers
+// (/meshtrain/params/2.1.0), which moves frozen snapshots between two peers
 // over a stream; the announce topic (/meshtrain/<network>/announce/1), on
 // which every peer tells the mesh its step, progress, metrics and
 // addresses; and sync mode's rounds, a leader's coordination

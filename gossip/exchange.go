@@ -17,8 +17,9 @@ import (
 	"github.com/meshtrain/meshtrain/params"
 )
 
-// ProtocolID is the parameter exchange protocol.
-const ProtocolID protocol.ID = "/meshtrain/params/2.0.0"
+// ProtocolID is the parameter exchange protocol. 2.1.0 added int8 frames
+// and the request's precision (byte 6), which 2.0.0 nodes refuse.
+const ProtocolID protocol.ID = "/meshtrain/params/2.1.0"
 
 // ServiceName is the resource-manager service every exchange stream is
 // attributed to, so limits can be set for it (see ProtocolLimits).
@@ -51,8 +52,9 @@ type Config struct {
 	// MaxElements caps any frame we read, in elements (4 bytes each as
 	// fp32). Default 1<<26 (256 MiB as fp32).
 	MaxElements int
-	// SendDType is how we encode the frames we send: FP32 (default, exact)
-	// or FP16 (half the bytes, about 3 significant digits).
+	// SendDType is how we encode the frames we send: FP32 (default, exact),
+	// FP16 (half the bytes, about 3 significant digits) or INT8 (a quarter
+	// of the bytes, each value within 1/254 of its block's largest).
 	SendDType DType
 	// ChunkSize is the payload unit we send, in bytes. Default 1 MiB.
 	ChunkSize int
@@ -126,7 +128,7 @@ func (c Config) Validate() error {
 		bad("Elements %d not in [0, MaxElements=%d]", c.Elements, c.MaxElements)
 	}
 	if c.SendDType.Size() == 0 {
-		bad("SendDType %d is neither FP32 nor FP16", c.SendDType)
+		bad("SendDType %d is not FP32, FP16 or INT8", c.SendDType)
 	}
 	if !validChunkSize(int64(c.ChunkSize)) {
 		bad("ChunkSize %d not a multiple of 4 in [%d, %d]", c.ChunkSize, MinChunkSize, MaxChunkSize)
@@ -187,6 +189,20 @@ func NewService(h host.Host, cfg Config, snapshot SnapshotFunc) (*Service, error
 
 // Counters returns the counters the service counts into.
 func (s *Service) Counters() *Counters { return s.counters }
+
+// SetSendDType changes how the frames we send from now on are encoded,
+// those we serve as responder included (Config.SendDType at the start).
+// Safe for concurrent use; a transfer under way keeps its frame.
+func (s *Service) SetSendDType(d DType) error {
+	if d.Size() == 0 {
+		return fmt.Errorf("%w: dtype %d", ErrBadConfig, d)
+	}
+	s.dtype.Store(uint32(d))
+	return nil
+}
+
+// SendDType is how the frames we send are encoded now.
+func (s *Service) SendDType() DType { return DType(s.dtype.Load()) }
 
 // Stats is s.Counters().Snapshot().
 func (s *Service) Stats() Stats { return s.counters.Snapshot() }
@@ -250,7 +266,7 @@ type Timing struct {
 
 // ExchangeTimed is Exchange, and says how long its parts took.
 func (s *Service) ExchangeTimed(ctx context.Context, p peer.ID, local params.Snapshot) (params.Snapshot, Timing, error) {
-	f, err := s.encode(local)
+	f, err := s.encode(local, s.SendDType())
 	if err != nil {
 		return params.Snapshot{}, Timing{}, err
 	}
@@ -262,17 +278,19 @@ func (s *Service) ExchangeTimed(ctx context.Context, p peer.ID, local params.Sna
 // frame is kept: a frozen snapshot is usually sent several times (to each
 // peer that pulls it, and in our own exchanges), and without the cache
 // every request, a hostile one included, would cost a pass over the model.
-func (s *Service) encode(local params.Snapshot) (*Frame, error) {
+func (s *Service) encode(local params.Snapshot, dt DType) (*Frame, error) {
 	if err := s.checkLocal(local); err != nil {
 		return nil, err
 	}
-	key := frameKey{data: unsafe.SliceData(local.Params), n: len(local.Params), step: local.Step, progress: local.Progress}
+	w := s.encoder()
+	w.DType = dt
+	key := frameKey{data: unsafe.SliceData(local.Params), n: len(local.Params), step: local.Step, progress: local.Progress, dtype: w.DType}
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
 	if s.cached != nil && s.cachedKey == key {
 		return s.cached, nil
 	}
-	f, err := s.encoder().Encode(local)
+	f, err := w.Encode(local)
 	if err != nil {
 		return nil, err
 	}
@@ -290,6 +308,7 @@ type frameKey struct {
 	n        int
 	step     int64
 	progress params.Progress
+	dtype    DType
 }
 
 func (s *Service) checkLocal(local params.Snapshot) error {
@@ -346,7 +365,7 @@ func (s *Service) request(ctx context.Context, p peer.ID, kind RequestKind, loca
 // converse runs the request on an open stream and returns the remote
 // snapshot and how long the answer to the request took.
 func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, local *Frame) (params.Snapshot, time.Duration, error) {
-	q := Request{Kind: kind, Fingerprint: s.cfg.Fingerprint, Elements: uint64(s.cfg.Elements)}
+	q := Request{Kind: kind, Fingerprint: s.cfg.Fingerprint, Elements: uint64(s.cfg.Elements), DType: s.SendDType()}
 	want := s.cfg.Elements
 	if kind == KindExchange {
 		q.Elements = local.Header.Elements
@@ -490,7 +509,11 @@ func (s *Service) admit(p peer.ID, q Request) (*Frame, Response, error) {
 	snap, ok := s.snapshot()
 	if ok {
 		var err error
-		if local, err = s.encode(snap); err != nil {
+		dt := q.DType // the initiator's precision, so an exchange is alike both ways
+		if dt == 0 {
+			dt = s.SendDType()
+		}
+		if local, err = s.encode(snap, dt); err != nil {
 			s.log.Error("cannot serve the current snapshot", "err", err)
 			ok = false
 		}

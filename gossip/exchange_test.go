@@ -174,13 +174,19 @@ func TestExchangeFrameFollowsRequest(t *testing.T) {
 	}
 }
 
-func TestExchangeFP16(t *testing.T) {
-	checkLeaks(t)
+// fp16Pair is two connected nodes that send fp16.
+func fp16Pair(t *testing.T) (a, b *node) {
+	t.Helper()
 	cfg := testConfig(testN)
 	cfg.SendDType = FP16
-	a := newNode(t, "tcp", cfg, 1)
-	b := newNode(t, "tcp", cfg, 2)
+	a, b = newNode(t, "tcp", cfg, 1), newNode(t, "tcp", cfg, 2)
 	connect(t, a.h, b.h)
+	return a, b
+}
+
+func TestExchangeFP16(t *testing.T) {
+	checkLeaks(t)
+	a, b := fp16Pair(t)
 	got, err := a.svc.Exchange(t.Context(), b.h.ID(), a.snap)
 	if err != nil {
 		t.Fatal(err)
@@ -193,6 +199,47 @@ func TestExchangeFP16(t *testing.T) {
 	// Half the payload bytes of fp32 each way, plus headers.
 	if s := a.svc.Stats(); s.BytesSent > 2*testN+1024 || s.BytesReceived > 2*testN+1024 {
 		t.Errorf("fp16 exchange moved %d/%d bytes", s.BytesSent, s.BytesReceived)
+	}
+}
+
+// TestExchangeInTheInitiatorsPrecision: a node switched to int8 sends
+// int8 and gets the responder's model as int8 too, though the responder
+// sends fp16 on its own; switched back, fp16 both ways again.
+func TestExchangeInTheInitiatorsPrecision(t *testing.T) {
+	checkLeaks(t)
+	a, b := fp16Pair(t)
+	roundTrip := func(s params.Snapshot, dt DType) []float32 {
+		var buf bytes.Buffer
+		if err := (FrameWriter{DType: dt}).WriteFrame(&buf, s); err != nil {
+			t.Fatal(err)
+		}
+		got, err := FrameReader{}.ReadFrame(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Params
+	}
+	for _, dt := range []DType{INT8, FP16} {
+		if err := a.svc.SetSendDType(dt); err != nil || a.svc.SendDType() != dt {
+			t.Fatalf("SetSendDType(%v): %v, now %v", dt, err, a.svc.SendDType())
+		}
+		before := a.svc.Stats().BytesReceived
+		got, err := a.svc.Exchange(t.Context(), b.h.ID(), a.snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := roundTrip(b.snap, dt)
+		for i := range want {
+			if got.Params[i] != want[i] {
+				t.Fatalf("%v: element %d: %g, want %g as the responder's %v frame decodes", dt, i, got.Params[i], want[i], dt)
+			}
+		}
+		if moved := a.svc.Stats().BytesReceived - before; moved > uint64(dt.Size()*testN+testN/64+1024) {
+			t.Errorf("%v: %d bytes received for %d elements", dt, moved, testN)
+		}
+	}
+	if err := a.svc.SetSendDType(9); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("SetSendDType(9): %v, want a config error", err)
 	}
 }
 

@@ -92,6 +92,9 @@ type streamBase struct {
 
 	pending atomic.Int64
 	tagSeq  atomic.Uint64
+	// dtype is the DType our frames are encoded as: sc.SendDType until
+	// the service's SetSendDType changes it.
+	dtype atomic.Uint32
 
 	mu     sync.Mutex
 	closed bool
@@ -108,6 +111,7 @@ func (b *streamBase) init(h host.Host, sc streamConfig, handler func(in *inbound
 		sc.Logger = slog.Default()
 	}
 	b.h, b.sc, b.handler = h, sc, handler
+	b.dtype.Store(uint32(sc.SendDType))
 	b.counters = sc.Counters
 	b.log = sc.Logger.With("component", "gossip", "protocol", string(sc.Protocol))
 	b.rj = newRejecter(sc.Counters, sc.OnReject, b.log)
@@ -174,7 +178,7 @@ func (b *streamBase) newIO(ctx context.Context, st network.Stream) *streamIO {
 
 // encoder encodes our frames; writer sends them on x.
 func (b *streamBase) encoder() FrameWriter {
-	return FrameWriter{DType: b.sc.SendDType, ChunkSize: b.sc.ChunkSize}
+	return FrameWriter{DType: DType(b.dtype.Load()), ChunkSize: b.sc.ChunkSize}
 }
 
 func (b *streamBase) writer(x *streamIO) FrameWriter {

@@ -1,0 +1,145 @@
+package gossip
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math"
+	"testing"
+)
+
+// TestFrameRoundTripINT8: every element comes back within half its
+// block's scale (1/254 of the block's largest magnitude), the block's
+// largest exactly up to rounding of the scale, zeros as zeros; the frame
+// has a scale per 256 elements and a byte per element; every chunk size
+// the header allows reads it, including chunks that end inside the
+// scales.
+func TestFrameRoundTripINT8(t *testing.T) {
+	for _, n := range []int{1, 255, 256, 257, 3001, 70_000} {
+		s := testSnapshot(n, uint64(n))
+		s.Params[0] = 0
+		if n > 300 {
+			// A block of zeros, and one with a single large value.
+			clear(s.Params[256:512])
+			s.Params[600] = 1e30
+		}
+		for _, chunk := range []int{MinChunkSize, 4100, DefaultChunkSize} {
+			b := encode(t, FrameWriter{DType: INT8, ChunkSize: chunk}, s)
+			blocks := (n + 255) / 256
+			if want := FrameHeaderSize + 4*blocks + n; len(b) != want {
+				t.Fatalf("n=%d: frame of %d bytes, want %d", n, len(b), want)
+			}
+			h, err := ParseFrameHeader(b)
+			if err != nil || h.DType != INT8 || h.PayloadSize() != uint64(4*blocks+n) {
+				t.Fatalf("n=%d: header %+v, %v", n, h, err)
+			}
+			got, err := FrameReader{Limits: Limits{Fingerprint: testFP, Elements: n}}.ReadFrame(bytes.NewReader(b))
+			if err != nil {
+				t.Fatalf("n=%d chunk=%d: %v", n, chunk, err)
+			}
+			for blk := range blocks {
+				lo, hi := blk*256, min(blk*256+256, n)
+				var m float64
+				for _, v := range s.Params[lo:hi] {
+					m = max(m, math.Abs(float64(v)))
+				}
+				for i := lo; i < hi; i++ {
+					want := float64(s.Params[i])
+					if d := math.Abs(float64(got.Params[i]) - want); d > m/254*(1+1e-6) {
+						t.Fatalf("n=%d chunk=%d element %d: %g, want %g within %g", n, chunk, i, got.Params[i], want, m/254)
+					}
+					if want == 0 && got.Params[i] != 0 {
+						t.Fatalf("n=%d element %d: %g, want 0", n, i, got.Params[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestINT8ErrorIsUnbiased: rounding to nearest leaves no drift in the
+// mean of many values, which is what a merge averages.
+func TestINT8ErrorIsUnbiased(t *testing.T) {
+	s := testSnapshot(100_000, 3)
+	b := encode(t, FrameWriter{DType: INT8}, s)
+	got, err := FrameReader{}.ReadFrame(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum, sumAbs float64
+	for i, v := range s.Params {
+		e := float64(got.Params[i] - v)
+		sum += e
+		sumAbs += math.Abs(e)
+	}
+	if mean, meanAbs := sum/1e5, sumAbs/1e5; math.Abs(mean) > meanAbs/20 {
+		t.Fatalf("mean error %g against a mean magnitude %g: biased", mean, meanAbs)
+	}
+}
+
+func TestFrameINT8FallsBackOnHugeValues(t *testing.T) {
+	s := testSnapshot(10, 1)
+	s.Params[3] = 3e38
+	b := encode(t, FrameWriter{DType: INT8}, s)
+	h, err := ParseFrameHeader(b)
+	if err != nil || h.DType != FP32 {
+		t.Fatalf("header %+v, %v: want fp32 fallback", h, err)
+	}
+	got, err := FrameReader{}.ReadFrame(bytes.NewReader(b))
+	if err != nil || got.Params[3] != 3e38 {
+		t.Fatalf("got %v, %v", got.Params, err)
+	}
+}
+
+// TestReadFrameINT8Hostile: scales a careful hostile peer may send (NaN,
+// Inf, or so large the values overflow) are refused as non-finite after
+// the checksum; a truncated payload is a short read.
+func TestReadFrameINT8Hostile(t *testing.T) {
+	const n = 600
+	good := encode(t, FrameWriter{DType: INT8}, testSnapshot(n, 9))
+	h, err := ParseFrameHeader(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := good[FrameHeaderSize:]
+	for name, scale := range map[string]float32{
+		"nan scale": float32(math.NaN()), "inf scale": float32(math.Inf(1)), "huge scale": 1e37,
+	} {
+		p := bytes.Clone(payload)
+		binary.LittleEndian.PutUint32(p[4:], math.Float32bits(scale)) // the second block's
+		p[12+300] = 127                                               // a value in it, for "huge"
+		_, err := FrameReader{}.ReadFrame(bytes.NewReader(craftFrame(h, p)))
+		if !errors.Is(err, ErrNonFinite) {
+			t.Errorf("%s: %v, want non-finite", name, err)
+		}
+	}
+	if _, err := (FrameReader{}).ReadFrame(bytes.NewReader(good[:len(good)-1])); !errors.Is(err, ErrShortRead) {
+		t.Errorf("truncated: %v, want short read", err)
+	}
+	bad := bytes.Clone(good)
+	bad[FrameHeaderSize+20]++
+	if _, err := (FrameReader{}).ReadFrame(bytes.NewReader(bad)); !errors.Is(err, ErrChecksum) {
+		t.Errorf("flipped byte: %v, want checksum", err)
+	}
+}
+
+func TestParseDType(t *testing.T) {
+	for _, d := range []DType{FP32, FP16, INT8} {
+		if got, err := ParseDType(d.String()); err != nil || got != d {
+			t.Errorf("ParseDType(%q) = %v, %v", d.String(), got, err)
+		}
+	}
+	if _, err := ParseDType("int4"); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("int4: %v, want a config error", err)
+	}
+}
+
+// TestReducedDType: the all-reduce sends what the node sends, but fp16 for
+// int8, which it does not carry.
+func TestReducedDType(t *testing.T) {
+	for d, want := range map[DType]DType{FP32: FP32, FP16: FP16, INT8: FP16} {
+		if got := d.Reduced(); got != want {
+			t.Errorf("%v.Reduced() = %v, want %v", d, got, want)
+		}
+	}
+}
