@@ -24,6 +24,7 @@ func statusFrom(s node.Status) StatusResponse {
 		LastMerge: mergeFrom(s.LastMerge), CatchUps: s.CatchUps, ExchangesStarted: s.ExchangesStarted,
 		ExchangeFailedShare: s.ExchangeFailedShare, ExchangesFailed: s.ExchangesFailed,
 		ModelAgeS: s.ModelAgeS, ExchangeS: s.ExchangeS, ExchangeAnswerS: s.ExchangeAnswerS, AvgWaitS: s.AvgWaitS,
+		WireDType:        s.WireDType,
 		ExchangeTimeouts: s.ExchangeTimeouts, InboundDropped: s.InboundDropped, Gossip: gossipFrom(s.Gossip),
 		Trust: trustFrom(s.Trust), LastCheckpoint: checkpointPtr(s.LastCheckpoint), Reachability: reachabilityFrom(s.Reachability),
 		Run:   runFrom(s.Run),

@@ -45,11 +45,13 @@ type StatusResponse struct {
 	// ModelAgeS: seconds since the model last took in a peer's model (what
 	// peers measure its staleness by); ExchangeS: the average exchange this
 	// node started; ExchangeAnswerS: the average time their answer took
-	// (about a round trip); AvgWaitS: the latest wait between them.
+	// (about a round trip); AvgWaitS: the latest wait between them;
+	// WireDType: the precision the node sends its models in now.
 	ModelAgeS       float64         `json:"model_age_s"`
 	ExchangeS       float64         `json:"exchange_s"`
 	ExchangeAnswerS float64         `json:"exchange_answer_s"`
 	AvgWaitS        float64         `json:"avg_wait_s"`
+	WireDType       string          `json:"wire_dtype"`
 	Gossip          GossipStats     `json:"gossip"`
 	Trust           TrustStats      `json:"trust"`
 	LastCheckpoint  *CheckpointInfo `json:"last_checkpoint,omitempty"`

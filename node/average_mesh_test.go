@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/train"
 )
@@ -36,6 +37,9 @@ func TestReportedAverageTakesInMergedModels(t *testing.T) {
 			status := m.Status()
 			if status.ExchangeS > 0 && (status.ExchangeAnswerS <= 0 || status.ExchangeAnswerS > status.ExchangeS) {
 				t.Errorf("node %s: exchanges of %v s whose answers took %v s on average", name, status.ExchangeS, status.ExchangeAnswerS)
+			}
+			if _, err := gossip.ParseDType(status.WireDType); err != nil {
+				t.Errorf("node %s: status says it sends its models as %q", name, status.WireDType)
 			}
 			merges := status.Merges
 			st := node.TrainerOf(m.Node).State()

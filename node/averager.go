@@ -26,8 +26,9 @@ import (
 type averager struct {
 	n    *Node
 	core *merge.Core
-	pace merge.Pace   // owned by run
-	wait atomic.Int64 // the latest wait between rounds, ns (status)
+	pace merge.Pace      // owned by run
+	prec merge.Precision // owned by run; used with Config.WireAuto
+	wait atomic.Int64    // the latest wait between rounds, ns (status)
 	// exchange and answer are pace's average exchange and its answer's
 	// time, ns (status)
 	exchange, answer atomic.Int64
@@ -65,7 +66,7 @@ type MergeInfo struct {
 
 func newAverager(n *Node, core *merge.Core) *averager {
 	// The host that reach asks is set once it exists (startMesh).
-	return &averager{n: n, core: core, pace: merge.Pace{Floor: n.cfg.AvgInterval}, inbound: make(chan inboundModel, 4), perPeer: map[peer.ID]int64{}, reach: newReachState(nil)}
+	return &averager{n: n, core: core, pace: merge.Pace{Floor: n.cfg.AvgInterval}, prec: merge.Precision{Floor: n.cfg.AvgInterval}, inbound: make(chan inboundModel, 4), perPeer: map[peer.ID]int64{}, reach: newReachState(nil)}
 }
 
 // receive is called by the gossip service with the initiator's model after
@@ -151,8 +152,33 @@ func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send
 	a.pace.Exchanged(tm.Total, tm.Answer)
 	a.exchange.Store(int64(a.pace.Exchange()))
 	a.answer.Store(int64(a.pace.Answer()))
+	a.precision(tm, send)
 	a.merge(p, remote, false)
 	return p
+}
+
+// precision lets merge.Precision pick how our models travel, with
+// Config.WireAuto: fp16, or int8 while that makes exchanges faster.
+func (a *averager) precision(tm gossip.Timing, send func(Event)) {
+	n := a.n
+	if !n.cfg.WireAuto || n.cfg.Exchange.SendDType != gossip.FP16 {
+		return
+	}
+	want := gossip.FP16
+	if a.prec.Exchanged(max(tm.Total-tm.Answer, 0), a.pace.Exchange()-a.pace.Answer()) {
+		want = gossip.INT8
+	}
+	if n.svc.SendDType() == want {
+		return
+	}
+	if err := n.svc.SetSendDType(want); err != nil {
+		n.log.Warn("cannot change the models' precision", "dtype", want, "err", err)
+		return
+	}
+	s := n.trainer.Stats()
+	send(Event{Event: "precision", Step: s.Steps, Progress: float64(s.Progress),
+		Message: fmt.Sprintf("models now sent as %s: exchanges of %v whose answer took %v, floor %v",
+			want, a.pace.Exchange().Round(100*time.Microsecond), a.pace.Answer().Round(100*time.Microsecond), n.cfg.AvgInterval)})
 }
 
 func (a *averager) exchangeFailed(p peer.ID, err error) {

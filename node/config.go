@@ -77,6 +77,11 @@ type Config struct {
 	// (±20% jitter so peers do not synchronise). A fast node thus takes
 	// more local steps between merges than a slow one.
 	AvgInterval time.Duration
+	// WireAuto: in gossip mode, a node whose Exchange.SendDType is fp16
+	// sends its models as int8 while that makes its exchanges faster
+	// (merge.Precision): on a link whose bandwidth sets their pace. The
+	// all-reduce of sync and diloco stays at fp16. --wire-dtype auto.
+	WireAuto bool
 	// ExchangeTimeout bounds one exchange this node starts, end to end.
 	ExchangeTimeout time.Duration
 	// Merger is the merge rule: alpha, staleness function, momentum policy.
@@ -222,6 +227,7 @@ func DefaultConfig() Config {
 		Exchange:        ex,
 		Announce:        ac,
 		AvgInterval:     DefaultAvgInterval,
+		WireAuto:        true,
 		ExchangeTimeout: 30 * time.Second,
 		Merger:          averaging.DefaultMerger(),
 		CatchUp:         60000,
@@ -428,4 +434,31 @@ func announceOption(addrs []string) (libp2p.Option, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	return libp2p.AddrsFactory(func([]ma.Multiaddr) []ma.Multiaddr { return slices.Clone(list) }), nil
+}
+
+// WireAuto is the --wire-dtype value of a node that picks its models'
+// precision as it goes (Config.WireAuto): fp16, or int8 where that makes
+// its exchanges faster.
+const WireAuto = "auto"
+
+// ParseWire reads --wire-dtype: auto (fp16, switching to int8 where that
+// makes exchanges faster), or one precision kept throughout: fp32, fp16 or
+// int8.
+func ParseWire(s string) (d gossip.DType, auto bool, err error) {
+	if s == WireAuto {
+		return gossip.FP16, true, nil
+	}
+	d, err = gossip.ParseDType(s)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w (or %s)", err, WireAuto)
+	}
+	return d, false, nil
+}
+
+// WireName is the --wire-dtype value of c: auto, or its precision.
+func (c Config) WireName() string {
+	if c.WireAuto && c.Exchange.SendDType == gossip.FP16 {
+		return WireAuto
+	}
+	return c.Exchange.SendDType.String()
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/node"
 )
 
@@ -112,5 +113,30 @@ func TestConfigValidateNetworkName(t *testing.T) {
 	c.Train.Network, c.Host.Network = "my mesh", "my mesh"
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `"my mesh"`) {
 		t.Errorf("network %q: %v", c.Host.Network, err)
+	}
+}
+
+// TestParseWire: --wire-dtype's values, and the default's name.
+func TestParseWire(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		d    gossip.DType
+		auto bool
+	}{{"auto", gossip.FP16, true}, {"fp16", gossip.FP16, false}, {"fp32", gossip.FP32, false}, {"int8", gossip.INT8, false}} {
+		d, auto, err := node.ParseWire(tc.in)
+		if err != nil || d != tc.d || auto != tc.auto {
+			t.Errorf("ParseWire(%q) = %v, %v, %v", tc.in, d, auto, err)
+		}
+		c := node.DefaultConfig()
+		c.Exchange.SendDType, c.WireAuto = d, auto
+		if got := c.WireName(); got != tc.in {
+			t.Errorf("WireName of %q = %q", tc.in, got)
+		}
+	}
+	if _, _, err := node.ParseWire("int4"); err == nil || !strings.Contains(err.Error(), "auto") {
+		t.Errorf("ParseWire(int4): %v, want an error naming auto", err)
+	}
+	if got := node.DefaultConfig().WireName(); got != node.WireAuto {
+		t.Errorf("the default's --wire-dtype is %q, want auto", got)
 	}
 }

@@ -90,7 +90,7 @@ func ModelMetadata(model, dataset, network string, seed uint64, s params.Snapsho
 
 // Event is one line of a run's progress, printed as text or JSON by the CLI.
 type Event struct {
-	Event         string   `json:"event"` // start, resumed, listening, progress, epoch, eval, checkpoint, catchup, final
+	Event         string   `json:"event"` // start, resumed, listening, progress, epoch, eval, checkpoint, catchup, precision, final
 	Step          int64    `json:"step"`
 	Epoch         int      `json:"epoch"`
 	Progress      float64  `json:"progress"`

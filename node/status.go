@@ -51,13 +51,16 @@ type Status struct {
 	// answer took (about the round trip to the peers), and AvgWaitS the
 	// latest wait between them (merge.Pace: --avg-interval, or half the
 	// exchange's transfer time on a slow link).
-	ModelAgeS       float64      `json:"model_age_s"`
-	ExchangeS       float64      `json:"exchange_s"`
-	ExchangeAnswerS float64      `json:"exchange_answer_s"`
-	AvgWaitS        float64      `json:"avg_wait_s"`
-	Gossip          gossip.Stats `json:"gossip"`
-	Trust           TrustStats   `json:"trust"`
-	LastCheckpoint  *store.Info  `json:"last_checkpoint,omitempty"`
+	ModelAgeS       float64 `json:"model_age_s"`
+	ExchangeS       float64 `json:"exchange_s"`
+	ExchangeAnswerS float64 `json:"exchange_answer_s"`
+	AvgWaitS        float64 `json:"avg_wait_s"`
+	// WireDType is the precision the node sends its models in now
+	// (--wire-dtype; with auto, fp16 or int8 as merge.Precision picks).
+	WireDType      string       `json:"wire_dtype"`
+	Gossip         gossip.Stats `json:"gossip"`
+	Trust          TrustStats   `json:"trust"`
+	LastCheckpoint *store.Info  `json:"last_checkpoint,omitempty"`
 	// Reachability is what the node knows of its own reachability and how
 	// it reaches its peers (absent offline).
 	Reachability *NodeReachability `json:"reachability,omitempty"`
@@ -155,6 +158,9 @@ func (n *Node) Status() Status {
 		st.ExchangesStarted, st.ExchangeFailedShare = a.reach.started.Load(), a.reach.failedShare()
 		st.ExchangeS, st.AvgWaitS = time.Duration(a.exchange.Load()).Seconds(), time.Duration(a.wait.Load()).Seconds()
 		st.ExchangeAnswerS = time.Duration(a.answer.Load()).Seconds()
+	}
+	if n.svc != nil {
+		st.WireDType = n.svc.SendDType().String()
 	}
 	if n.cfg.Mode != ModeLocal && !n.cfg.Offline {
 		st.ModelAgeS = n.modelAge(time.Now()).Seconds()

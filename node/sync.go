@@ -142,7 +142,7 @@ func (n *Node) newSyncer() (*syncer, error) {
 	c.UploadLimiter = n.svc.UploadLimiter()
 	// Rounds all-reduce updates, so --wire-dtype fp16 halves their bytes
 	// as it does gossip's.
-	c.ReduceDType = n.cfg.Exchange.SendDType
+	c.ReduceDType = n.cfg.Exchange.SendDType.Reduced()
 	if n.trust != nil {
 		c.OnReject = n.onReject
 	}

@@ -159,9 +159,11 @@ type Config struct {
 	// takes model bytes / Bandwidth to cross. Links are not shared: a node
 	// serving several exchanges at once sends each at the full rate.
 	Bandwidth float64
-	// WireBytes is the bytes per value on the wire: 2 (fp16, the node's
-	// default) or 4 (fp32). It sets the transfer time and the bytes
-	// counted; the values merged are not rounded to it.
+	// WireBytes is the bytes per value on the wire: 2 (fp16, what the
+	// node starts with) or 4 (fp32). It sets the transfer time and the
+	// bytes counted; the values merged are not rounded to it. A node's
+	// default (--wire-dtype auto) switches to int8 where the link sets
+	// the pace of its exchanges; the simulator does not model that.
 	WireBytes int
 
 	// Churn is the session model, unless Trace is set.

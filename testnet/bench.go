@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/meshtrain/meshtrain/averaging"
-	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/node"
 	"github.com/meshtrain/meshtrain/train"
 )
@@ -74,8 +73,8 @@ type BenchConfig struct {
 	// report runs included; sync's tuning runs use a constant rate.
 	Schedule string
 	// Gossip settings: merge interval, base weight, staleness decay and the
-	// precision of the models sent (fp32 or fp16). Sync and local ignore
-	// them.
+	// precision of the models sent (--wire-dtype: auto, fp32, fp16 or
+	// int8). Sync and local ignore them.
 	AvgInterval time.Duration
 	Alpha       float64
 	Staleness   string
@@ -150,7 +149,7 @@ func DefaultBenchConfig() BenchConfig {
 		AvgInterval:   d.AvgInterval,
 		Alpha:         d.Merger.Alpha,
 		Staleness:     d.Merger.Staleness.String(),
-		WireDType:     d.Exchange.SendDType.String(),
+		WireDType:     d.WireName(),
 		LRGrid:        []float64{0.05, 0.1, 0.2},
 		SyncLRGrid:    []float64{0.1, 0.2, 0.4},
 		BudgetSync:    true,
@@ -301,7 +300,7 @@ func (c BenchConfig) Validate() error {
 	if _, err := averaging.ParseStaleness(c.Staleness); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrBench, err))
 	}
-	if _, err := gossip.ParseDType(c.WireDType); err != nil {
+	if _, _, err := node.ParseWire(c.WireDType); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrBench, err))
 	}
 	if c.Threads < 0 || c.Threads > 256 {
@@ -454,7 +453,7 @@ func (c BenchConfig) runFlags(j job) []flagArg {
 		add(!sameStaleness(staleness, d.Merger.Staleness), "--staleness", staleness)
 	}
 	// Gossip's models, sync's and diloco's updates.
-	add(mode != node.ModeLocal && !sameDType(c.WireDType, d.Exchange.SendDType), "--wire-dtype", c.WireDType)
+	add(mode != node.ModeLocal && !sameWire(c.WireDType, d), "--wire-dtype", c.WireDType)
 	if j.mode == ModeDilocoSpeed {
 		add(d.InnerScaling != node.InnerScalingSpeed, "--inner-steps-scaling", node.InnerScalingSpeed)
 	}
@@ -472,9 +471,9 @@ func sameStaleness(s string, def averaging.Staleness) bool {
 	return err == nil && f.String() == def.String()
 }
 
-func sameDType(s string, def gossip.DType) bool {
-	t, err := gossip.ParseDType(s)
-	return err == nil && t == def
+func sameWire(s string, def node.Config) bool {
+	t, auto, err := node.ParseWire(s)
+	return err == nil && t == def.Exchange.SendDType && auto == def.WireAuto
 }
 
 // differs is a job's flags beyond the harness's own, one "flag value"

@@ -729,7 +729,7 @@ func TestDefaultBenchRunsGossipWithTheNodeDefaults(t *testing.T) {
 	c := DefaultBenchConfig()
 	d := node.DefaultConfig()
 	if c.LR != d.Train.LR || c.Epochs != d.Epochs || c.Schedule != d.Train.Schedule || c.AvgInterval != d.AvgInterval ||
-		c.Alpha != d.Merger.Alpha || c.Staleness != d.Merger.Staleness.String() || c.WireDType != d.Exchange.SendDType.String() ||
+		c.Alpha != d.Merger.Alpha || c.Staleness != d.Merger.Staleness.String() || c.WireDType != d.WireName() ||
 		c.Model != d.Train.Model || c.Batch != d.Train.Batch || c.Dataset != d.Dataset {
 		t.Errorf("bench defaults %+v are not the node's", c)
 	}
@@ -767,9 +767,10 @@ func TestModeFlagsListOnlyWhatDiffersFromANodesDefaults(t *testing.T) {
 	report := c.ending(false, ModeSync, 1, 0.4)
 	report.epochs = 6.417
 	check("sync's budgeted run", c.differs(report), "--mode sync", "--lr 0.4", "--epochs 6.417")
-	// Values, not spellings: poly:0.50 is the default decay, FP16 the default
-	// precision; the gossip settings mean nothing to local and sync.
-	c.Staleness, c.WireDType, c.AvgInterval, c.Alpha = "poly:0.50", "fp16", 100*time.Millisecond, 0.3
+	// Values, not spellings: poly:0.50 is the default decay (auto the
+	// default precision); the gossip settings mean nothing to local and
+	// sync.
+	c.Staleness, c.WireDType, c.AvgInterval, c.Alpha = "poly:0.50", "auto", 100*time.Millisecond, 0.3
 	c.Schedule, c.NonIID, c.NodeArgs = "cosine:warmup=0.40%", 0.5, []string{"--holdout", "500"}
 	check("gossip with overrides", c.ModeFlags(ModeGossip), "--non-iid 0.5", "--avg-interval 100ms", "--alpha 0.3", "--holdout 500")
 	check("local with overrides", c.ModeFlags(ModeLocal), "--mode local", "--non-iid 0.5", "--holdout 500")
@@ -784,6 +785,9 @@ func TestModeFlagsListOnlyWhatDiffersFromANodesDefaults(t *testing.T) {
 	check("sync at fp32", c.differs(report), "--mode sync", "--lr 0.4", "--epochs 6.417", "--wire-dtype fp32")
 	check("diloco at fp32", c.ModeFlags(ModeDiloco), "--mode diloco", "--wire-dtype fp32")
 	check("local at fp32", c.ModeFlags(ModeLocal), "--mode local")
+	// fp16 throughout is not the default, which may switch to int8.
+	c.WireDType = "fp16"
+	check("gossip at fp16", c.ModeFlags(ModeGossip), "--wire-dtype fp16")
 }
 
 func TestEndProblemAcceptsOnlyAFinishedRun(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/meshtrain/meshtrain/node"
 )
 
 // secs formats an optional time.
@@ -451,7 +453,7 @@ func writeMethod(b *strings.Builder, r *Results, level int) {
 		p("- **diloco**, the baseline for training over the internet (DiLoCo): the same run with %s: every node takes "+
 			"`--inner-steps` local steps, then the group all-reduces the pseudo-gradient (the group's model minus the node's, sent as %s) and "+
 			"takes an outer Nesterov step; each round waits for the slowest node. Its run clock is the group model's progress.\n",
-			code(diff[ModeDiloco]), st.WireDType)
+			code(diff[ModeDiloco]), reducedDType(st.WireDType))
 	}
 	if slices.Contains(st.Modes, ModeDilocoSpeed) {
 		p("- **diloco-speed**: diloco with %s: each node's inner steps are scaled by its speed over the group's fastest "+
@@ -465,7 +467,7 @@ func writeMethod(b *strings.Builder, r *Results, level int) {
 		p("- **sync**, the baseline with DDP semantics: every step, every node tells a leader it is ready, and the group all-reduces "+
 			"each node's update (the group's model minus the node's after its step, sent as %s; a reduce-scatter and an all-gather "+
 			"among the nodes), so each step waits for the slowest node. Its batch is "+
-			"the sum of the nodes', so it keeps a learning rate and a run length of its own: ", st.WireDType)
+			"the sum of the nodes', so it keeps a learning rate and a run length of its own: ", reducedDType(st.WireDType))
 		_, fixed := st.FixedLR[ModeSync]
 		switch {
 		case fixed:
@@ -566,4 +568,14 @@ func reachedNote(s *ModeSummary) string {
 		return fmt.Sprintf(" (%d of %d reached)", s.Reached, s.Runs)
 	}
 	return ""
+}
+
+// reducedDType is what sync and diloco all-reduce for nodes that send
+// their models as w (gossip.DType.Reduced).
+func reducedDType(w string) string {
+	d, _, err := node.ParseWire(w)
+	if err != nil {
+		return w
+	}
+	return d.Reduced().String()
 }

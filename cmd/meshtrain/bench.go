@@ -94,7 +94,7 @@ func benchConfig(e *env, args []string) (cfg testnet.BenchConfig, render string,
 	avgInterval := fs.Duration("avg-interval", d.AvgInterval, "gossip: wall time between the merges a node starts (default: the node's)")
 	alpha := fs.Float64("alpha", d.Alpha, "gossip: base merge weight (default: the node's)")
 	staleness := fs.String("staleness", d.Staleness, "gossip: staleness decay (gossip-const uses const; default: the node's)")
-	wire := fs.String("wire-dtype", d.WireDType, "precision of what the nodes send (gossip's models; sync's and diloco's all-reduced updates), fp32 or fp16 (default: the node's)")
+	wire := fs.String("wire-dtype", d.WireDType, "precision of what the nodes send (gossip's models; sync's and diloco's all-reduced updates): auto, fp32, fp16 or int8 (default: the node's)")
 	threads := fs.Int("threads", d.Threads, "cores per node (0: the node's default, every core)")
 	settle := fs.Duration("settle", d.Settle, "wait after the nodes are up, before the common start")
 	keep := fs.Bool("keep-snapshots", false, "keep the snapshot files after scoring them")

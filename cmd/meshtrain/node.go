@@ -13,7 +13,6 @@ import (
 
 	"github.com/meshtrain/meshtrain/api"
 	"github.com/meshtrain/meshtrain/averaging"
-	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/node"
 )
 
@@ -74,7 +73,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	outerMomentum := fs.Float64("outer-momentum", d.OuterMomentum, "diloco mode and gossip's slow momentum: outer Nesterov momentum, in [0,1)")
 	outerEvery := fs.Int("outer-every", d.OuterEvery, "gossip mode, built-in trainer: local steps between two slow-momentum steps, an outer Nesterov step at --outer-lr and --outer-momentum on what the model moved since the last, merges included (0: none)")
 	maxUpload := fs.Int("max-upload", d.MaxUpload, "cap on bytes/s sent to peers (0: no cap)")
-	wire := fs.String("wire-dtype", d.Exchange.SendDType.String(), "precision of what is sent: gossip's models, sync's and diloco's all-reduced updates; fp32 or fp16")
+	wire := fs.String("wire-dtype", d.WireName(), "precision of what is sent: gossip's models, sync's and diloco's all-reduced updates; fp32, fp16, int8 (gossip's models only: a byte per value and a scale per 256; the all-reduce then sends fp16) or auto (fp16, and gossip's models as int8 while that makes exchanges faster: on a slow link)")
 	evalEvery := fs.Duration("eval-every", d.EvalEvery, "wall time between test-set evaluations (0: only at epoch ends)")
 	announce := fs.Duration("announce-interval", d.Announce.Interval, "wall time between announcements (the shortest: --announce-rate stretches it in a large swarm)")
 	announceRate := fs.Float64("announce-rate", d.Announce.TopicRate,
@@ -133,7 +132,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 	if cfg.Merger.Momentum, err = averaging.ParseMomentumPolicy(*momentum); err != nil {
 		errs = append(errs, err.Error())
 	}
-	if cfg.Exchange.SendDType, err = gossip.ParseDType(*wire); err != nil {
+	if cfg.Exchange.SendDType, cfg.WireAuto, err = node.ParseWire(*wire); err != nil {
 		errs = append(errs, err.Error())
 	}
 	if err = hooks.apply(&cfg); err != nil {

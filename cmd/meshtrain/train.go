@@ -245,6 +245,8 @@ func eventPrinter(w io.Writer, asJSON bool) func(node.Event) {
 			}
 		case "catchup":
 			fmt.Fprintf(w, "catch-up: %s\n", ev.Message)
+		case "precision":
+			fmt.Fprintf(w, "%s\n", ev.Message)
 		case "eval":
 			fmt.Fprintf(w, "eval at step %d:%s\n", ev.Step, acc)
 		case "checkpoint":
