@@ -28,8 +28,9 @@ import (
 type testHooks struct {
 	// Tamper, if set, rewrites every frame we send after it is encoded:
 	// it gets a copy (never the snapshot's memory), and the service then
-	// sets the header's element count and checksum from the payload, so a
-	// receiver refuses the frame for what it carries. Only test nodes that
+	// sets the header's element count (an int8 tamper sets it itself) and
+	// checksum from the payload, so a receiver refuses the frame for what
+	// it carries. Only test nodes that
 	// play a hostile peer set it; see NaNTamper and ResizeTamper.
 	Tamper func(*Frame)
 }

@@ -72,13 +72,15 @@ var zeroCopy = littleEndian
 // DType is the element type of a frame's payload.
 type DType uint8
 
-// Element types.
+// Element types (numDTypes bounds them, for tables indexed by dtype).
 const (
 	FP32 DType = 1 // IEEE 754 binary32, 4 bytes, exact
 	FP16 DType = 2 // IEEE 754 binary16, 2 bytes, rounded to nearest even
 	// INT8: a byte per element and a float32 scale per Int8Block
 	// elements, blockwise absmax quantization (int8.go).
 	INT8 DType = 3
+
+	numDTypes = 4
 )
 
 // Size is the number of payload bytes per element (0 if unknown); int8
@@ -255,11 +257,17 @@ type Limits struct {
 	// MaxElements is a hard cap; 0 or above params.MaxElements means
 	// params.MaxElements.
 	MaxElements int
+	// DType, if set, is the only payload type accepted (a protocol error
+	// otherwise).
+	DType DType
 }
 
 // Check reports the first way h falls outside l: another model
 // (fingerprint), too big (oversize), or not the expected size.
 func (l Limits) Check(h FrameHeader) error {
+	if l.DType != 0 && h.DType != l.DType {
+		return fmt.Errorf("%w: a %v frame where only %v is taken", ErrProtocol, h.DType, l.DType)
+	}
 	if !l.Fingerprint.IsZero() && h.Fingerprint != l.Fingerprint {
 		return fmt.Errorf("%w: frame carries %s, want %s", ErrFingerprint, h.Fingerprint.Short(), l.Fingerprint.Short())
 	}

@@ -329,6 +329,9 @@ func TestLimitsCheck(t *testing.T) {
 		// Fingerprint is checked first: another model is refused as such
 		// whatever its size.
 		{Limits{Fingerprint: other, MaxElements: 1}, ErrFingerprint},
+		// The sync protocol takes fp32 frames only.
+		{Limits{DType: FP32}, nil},
+		{Limits{DType: FP16}, ErrProtocol},
 	} {
 		if err := tc.lim.Check(h); !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 			t.Errorf("%+v: %v, want %v", tc.lim, err, tc.want)
@@ -471,7 +474,7 @@ func TestGoldenHeaders(t *testing.T) {
 
 func TestReadFrameAlloc(t *testing.T) {
 	s := testSnapshot(3000, 5)
-	for _, dt := range []DType{FP32, FP16} {
+	for _, dt := range []DType{FP32, FP16, INT8} {
 		b := encode(t, FrameWriter{DType: dt, ChunkSize: MinChunkSize}, s)
 		dirty := make([]float32, len(s.Params))
 		for i := range dirty {

@@ -162,9 +162,12 @@ type Service struct {
 	active   int             // guarded by mu
 	activeBy map[peer.ID]int // guarded by mu
 
-	cacheMu   sync.Mutex // guards the last encoded frame
-	cached    *Frame
-	cachedKey frameKey
+	// cacheMu guards the last encoded frame of each dtype (indexed by it),
+	// so that peers asking for different precisions do not make us
+	// encode the same snapshot again at every request.
+	cacheMu   sync.Mutex
+	cached    [numDTypes]*Frame
+	cachedKey [numDTypes]frameKey
 }
 
 // NewService validates cfg and registers the protocol handler on h.
@@ -241,7 +244,8 @@ func (s *Service) release(p peer.ID) {
 
 // Pull fetches p's current snapshot.
 func (s *Service) Pull(ctx context.Context, p peer.ID) (params.Snapshot, error) {
-	remote, _, err := s.request(ctx, p, KindPull, nil)
+	// The pulled model replaces ours (a catch-up): asked as fp16 at least.
+	remote, _, err := s.request(ctx, p, KindPull, s.SendDType().Reduced(), nil)
 	return remote, err
 }
 
@@ -266,11 +270,12 @@ type Timing struct {
 
 // ExchangeTimed is Exchange, and says how long its parts took.
 func (s *Service) ExchangeTimed(ctx context.Context, p peer.ID, local params.Snapshot) (params.Snapshot, Timing, error) {
-	f, err := s.encode(local, s.SendDType())
+	dt := s.SendDType()
+	f, err := s.encode(local, dt)
 	if err != nil {
 		return params.Snapshot{}, Timing{}, err
 	}
-	return s.request(ctx, p, KindExchange, f)
+	return s.request(ctx, p, KindExchange, dt, f)
 }
 
 // encode checks a local snapshot against the service and prepares its
@@ -287,15 +292,15 @@ func (s *Service) encode(local params.Snapshot, dt DType) (*Frame, error) {
 	key := frameKey{data: unsafe.SliceData(local.Params), n: len(local.Params), step: local.Step, progress: local.Progress, dtype: w.DType}
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
-	if s.cached != nil && s.cachedKey == key {
-		return s.cached, nil
+	if c := s.cached[dt]; c != nil && s.cachedKey[dt] == key {
+		return c, nil
 	}
 	f, err := w.Encode(local)
 	if err != nil {
 		return nil, err
 	}
 	f = s.rewrite(f)
-	s.cached, s.cachedKey = f, key
+	s.cached[dt], s.cachedKey[dt] = f, key
 	return f, nil
 }
 
@@ -334,14 +339,14 @@ func (s *Service) checkLocal(local params.Snapshot) error {
 // for the answer, so the two frames cross one round trip sooner; a
 // refusal stops it (the responder closes its reading side, and we reset
 // the stream once we have read the refusal).
-func (s *Service) request(ctx context.Context, p peer.ID, kind RequestKind, local *Frame) (params.Snapshot, Timing, error) {
+func (s *Service) request(ctx context.Context, p peer.ID, kind RequestKind, dt DType, local *Frame) (params.Snapshot, Timing, error) {
 	start := time.Now()
 	ctx, x, end, err := s.dial(ctx, p, kind.String(), 0)
 	if err != nil {
 		return params.Snapshot{}, Timing{}, err
 	}
 	defer end()
-	remote, answer, err := s.converse(x, x.st, kind, local)
+	remote, answer, err := s.converse(x, x.st, kind, dt, local)
 	if err != nil {
 		err = s.fail(ctx, x, p, kind.String(), err)
 		if errors.Is(err, ErrPeerBusy) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRefused) {
@@ -364,8 +369,8 @@ func (s *Service) request(ctx context.Context, p peer.ID, kind RequestKind, loca
 
 // converse runs the request on an open stream and returns the remote
 // snapshot and how long the answer to the request took.
-func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, local *Frame) (params.Snapshot, time.Duration, error) {
-	q := Request{Kind: kind, Fingerprint: s.cfg.Fingerprint, Elements: uint64(s.cfg.Elements), DType: s.SendDType()}
+func (s *Service) converse(x *streamIO, st network.Stream, kind RequestKind, dt DType, local *Frame) (params.Snapshot, time.Duration, error) {
+	q := Request{Kind: kind, Fingerprint: s.cfg.Fingerprint, Elements: uint64(s.cfg.Elements), DType: dt}
 	want := s.cfg.Elements
 	if kind == KindExchange {
 		q.Elements = local.Header.Elements
@@ -509,9 +514,11 @@ func (s *Service) admit(p peer.ID, q Request) (*Frame, Response, error) {
 	snap, ok := s.snapshot()
 	if ok {
 		var err error
-		dt := q.DType // the initiator's precision, so an exchange is alike both ways
-		if dt == 0 {
-			dt = s.SendDType()
+		// The initiator's precision, so an exchange is alike both ways;
+		// but never more bytes than we send on our own.
+		dt := s.SendDType()
+		if q.DType != 0 && q.DType.Size() <= dt.Size() {
+			dt = q.DType
 		}
 		if local, err = s.encode(snap, dt); err != nil {
 			s.log.Error("cannot serve the current snapshot", "err", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -204,7 +205,9 @@ func TestExchangeFP16(t *testing.T) {
 
 // TestExchangeInTheInitiatorsPrecision: a node switched to int8 sends
 // int8 and gets the responder's model as int8 too, though the responder
-// sends fp16 on its own; switched back, fp16 both ways again.
+// sends fp16 on its own; switched back, fp16 both ways again. One that
+// asks for fp32 gets fp16, never more bytes than the responder sends on
+// its own; and a pull, whose model replaces ours, asks for fp16 at least.
 func TestExchangeInTheInitiatorsPrecision(t *testing.T) {
 	checkLeaks(t)
 	a, b := fp16Pair(t)
@@ -219,9 +222,10 @@ func TestExchangeInTheInitiatorsPrecision(t *testing.T) {
 		}
 		return got.Params
 	}
-	for _, dt := range []DType{INT8, FP16} {
-		if err := a.svc.SetSendDType(dt); err != nil || a.svc.SendDType() != dt {
-			t.Fatalf("SetSendDType(%v): %v, now %v", dt, err, a.svc.SendDType())
+	for _, tc := range []struct{ asks, gets DType }{{INT8, INT8}, {FP16, FP16}, {FP32, FP16}} {
+		dt := tc.gets
+		if err := a.svc.SetSendDType(tc.asks); err != nil || a.svc.SendDType() != tc.asks {
+			t.Fatalf("SetSendDType(%v): %v, now %v", tc.asks, err, a.svc.SendDType())
 		}
 		before := a.svc.Stats().BytesReceived
 		got, err := a.svc.Exchange(t.Context(), b.h.ID(), a.snap)
@@ -237,6 +241,16 @@ func TestExchangeInTheInitiatorsPrecision(t *testing.T) {
 		if moved := a.svc.Stats().BytesReceived - before; moved > uint64(dt.Size()*testN+testN/64+1024) {
 			t.Errorf("%v: %d bytes received for %d elements", dt, moved, testN)
 		}
+	}
+	if err := a.svc.SetSendDType(INT8); err != nil {
+		t.Fatal(err)
+	}
+	pulled, err := a.svc.Pull(t.Context(), b.h.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := roundTrip(b.snap, FP16); !slices.Equal(pulled.Params, want) {
+		t.Error("an int8 node's pull did not come as fp16")
 	}
 	if err := a.svc.SetSendDType(9); !errors.Is(err, ErrBadConfig) {
 		t.Errorf("SetSendDType(9): %v, want a config error", err)

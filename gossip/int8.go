@@ -59,24 +59,31 @@ func encodeInt8(dst []byte, src []float32) (overflow bool) {
 			clear(vals[lo:hi])
 			continue
 		}
-		inv := 127 / m
+		// In float64: 127/m overflows float32 for blocks of values below
+		// about 3.7e-37.
+		inv := 127 / float64(m)
 		for i, v := range src[lo:hi] {
-			vals[lo+i] = byte(roundInt8(v * inv))
+			vals[lo+i] = byte(roundInt8(float64(v) * inv))
 		}
 	}
 	return false
 }
 
 // roundInt8 rounds x, expected in [-127, 127] give or take rounding, to
-// the nearest integer (halves away from zero), clamped to [-127, 127].
-func roundInt8(x float32) int8 {
-	var r int32
-	if x >= 0 {
-		r = int32(x + 0.5)
-	} else {
-		r = int32(x - 0.5)
+// the nearest integer (halves away from zero), clamped to [-127, 127];
+// NaN (which Encode refuses anyway) to 0.
+func roundInt8(x float64) int8 {
+	switch {
+	case x >= 127:
+		return 127
+	case x <= -127:
+		return -127
+	case x >= 0:
+		return int8(x + 0.5)
+	case x < 0:
+		return int8(x - 0.5)
 	}
-	return int8(min(max(r, -127), 127))
+	return 0
 }
 
 // int8Decoder decodes an int8 payload that arrives in pieces, in order:

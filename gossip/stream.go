@@ -55,9 +55,11 @@ type streamConfig struct {
 	Request, Streams string
 	RequestSize      int
 
-	Fingerprint  params.Fingerprint
-	MaxElements  int
-	SendDType    DType
+	Fingerprint params.Fingerprint
+	MaxElements int
+	SendDType   DType
+	// ReadDType, if set, is the only frame type read (Limits.DType).
+	ReadDType    DType
 	ChunkSize    int
 	ChunkTimeout time.Duration
 	// InboundTimeout caps an inbound stream end to end; 0: only Close does.
@@ -190,7 +192,7 @@ func (b *streamBase) writer(x *streamIO) FrameWriter {
 // reader expects want elements (0: any up to MaxElements) of our model.
 func (b *streamBase) reader(x *streamIO, want int) FrameReader {
 	return FrameReader{
-		Limits:      Limits{Fingerprint: b.sc.Fingerprint, Elements: want, MaxElements: b.sc.MaxElements},
+		Limits:      Limits{Fingerprint: b.sc.Fingerprint, Elements: want, MaxElements: b.sc.MaxElements, DType: b.sc.ReadDType},
 		Alloc:       b.sc.Alloc,
 		BeforeChunk: x.beforeRead,
 	}

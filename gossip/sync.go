@@ -371,7 +371,7 @@ func NewSyncService(h host.Host, cfg SyncConfig) (*SyncService, error) {
 	s.init(h, streamConfig{
 		Protocol: SyncProtocolID, Service: SyncServiceName, Tag: "meshtrain-sync",
 		Request: "sync request", Streams: "sync streams", RequestSize: SyncRequestSize,
-		Fingerprint: cfg.Fingerprint, MaxElements: cfg.MaxElements, SendDType: FP32,
+		Fingerprint: cfg.Fingerprint, MaxElements: cfg.MaxElements, SendDType: FP32, ReadDType: FP32,
 		ChunkSize: cfg.ChunkSize, ChunkTimeout: cfg.ChunkTimeout,
 		MaxPending: cfg.MaxPending, UploadLimiter: cfg.UploadLimiter,
 		Counters: cfg.Counters, OnReject: cfg.OnReject, Logger: cfg.Logger,
