@@ -12,23 +12,30 @@ import "time"
 // its floor. Such a link and a node whose cores are too busy to move a
 // frame quickly look alike there, so the node tries int8 and keeps it only
 // if its exchanges' link time drops by at least a quarter; otherwise it
-// goes back to fp16 and waits longer each time before trying again.
+// goes back to fp16 and waits longer each time before trying again. A kept
+// int8 is checked again after 100 int8 exchanges, then 200, 400 and so
+// on: three in fp16, and int8 stays only if it still takes at most three
+// quarters of their time.
 //
 // Link times are exchange durations less their answer's time (Pace). The
 // zero value starts at fp16 with Floor 0; set Floor to the pace's.
 type Precision struct {
 	Floor time.Duration
 	int8  bool
-	// seen counts exchanges since the last change; trial, the exchanges of
-	// an int8 trial so far (0: none running), must together take at most
-	// PrecisionGain of before, fp16's link time when it began.
+	// seen counts exchanges since the last change. trial counts the
+	// exchanges of a trial so far (0: none running): of int8, begun from
+	// fp16, or of fp16 (a re-check), begun from int8. Its link times, sum,
+	// are judged against before, the other precision's when it began.
 	seen, trial int
 	before, sum time.Duration
-	// hold is how many fp16 exchanges a failed trial, or a return from a
-	// kept one, makes the next wait for; tried, that a trial has begun (the first judges the first
-	// exchange alone: the swarm mixes most while its models are young).
-	hold  int
-	tried bool
+	// hold is how many fp16 exchanges the next int8 trial waits for after
+	// a failed one or a return (doubling each time); recheck, how many
+	// int8 exchanges the next re-check waits for (doubling each time int8
+	// is confirmed); tried, that a trial has begun (the first judges the
+	// first exchange alone: the swarm mixes most while its models are
+	// young).
+	hold, recheck int
+	tried         bool
 }
 
 const (
@@ -55,28 +62,39 @@ func (p *Precision) Int8() bool { return p.int8 }
 func (p *Precision) Exchanged(link, avg time.Duration) bool {
 	p.seen++
 	switch {
-	case p.int8 && p.trial > 0:
+	case p.trial > 0:
 		p.sum += link
 		if p.trial++; p.trial <= PrecisionSettle {
 			break
 		}
-		if float64(p.sum)/PrecisionSettle > PrecisionGain*float64(p.before) {
-			// Not the link: the bytes were not what took the time.
-			p.hold = max(PrecisionHold, 2*p.hold)
-			p.int8, p.seen = false, 0
+		mean := float64(p.sum) / PrecisionSettle
+		int8Faster := mean <= PrecisionGain*float64(p.before) // an int8 trial
+		if !p.int8 {
+			int8Faster = float64(p.before) <= PrecisionGain*mean // a re-check in fp16
 		}
-		p.trial = 0
+		if int8Faster {
+			// Confirmed: check again later, and less often each time.
+			p.int8, p.recheck = true, max(PrecisionHold, 2*p.recheck)
+		} else {
+			// Not the link: the bytes were not what took the time.
+			p.int8, p.hold = false, max(PrecisionHold, 2*p.hold)
+		}
+		p.trial, p.seen = 0, 0
 	case p.int8:
-		// Kept: back to fp16 once the link time of int8 exchanges, about
-		// half what fp16's would be, is below the floor, where fp16's
-		// wait would be set by the floor again. As after a failed trial,
-		// the next waits: a link where int8 more than halves the time
-		// would otherwise swing between the two every few exchanges
-		// (and a node's first exchanges, slow while the swarm starts,
-		// end here on loopback).
-		if p.seen >= PrecisionSettle && avg < p.Floor {
-			p.hold = max(PrecisionHold, 2*p.hold)
-			p.int8, p.seen = false, 0
+		switch {
+		case p.seen >= PrecisionSettle && avg < p.Floor:
+			// Back to fp16 once the link time of int8 exchanges, about
+			// half what fp16's would be, is below the floor, where fp16's
+			// wait would be set by the floor again. As after a failed
+			// trial, the next waits: a link where int8 more than halves
+			// the time would otherwise swing between the two every few
+			// exchanges (and a node's first exchanges, slow while the
+			// swarm starts, end here on loopback).
+			p.int8, p.seen, p.hold = false, 0, max(PrecisionHold, 2*p.hold)
+		case p.seen >= p.recheck:
+			// Is int8 still faster? A trial kept on a slow start, or a
+			// link that sped up, shows here.
+			p.int8, p.seen, p.trial, p.before, p.sum = false, 0, 1, avg, 0
 		}
 	default:
 		need := max(PrecisionSettle, p.hold)

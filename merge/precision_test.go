@@ -44,8 +44,10 @@ func TestPrecisionKeepsInt8WhereBandwidthRules(t *testing.T) {
 	if !p.Int8() {
 		t.Fatalf("fp16 after %d link-bound exchanges", PrecisionSettle)
 	}
-	if n := run(&p, 500, link); n != 500 || !p.Int8() {
-		t.Fatalf("%d of 500 exchanges after the switch went as int8, want all", n)
+	// All of them but the re-checks: three fp16 exchanges after 100 int8
+	// ones, then after 200 more.
+	if n := run(&p, 500, link); n != 500-2*PrecisionSettle || !p.Int8() {
+		t.Fatalf("%d of 500 exchanges after the switch went as int8, want all but two re-checks", n)
 	}
 }
 
@@ -118,12 +120,13 @@ func TestPrecisionReturnsToFP16WhenTheLinkSpeedsUp(t *testing.T) {
 	if run(&p, 1, swing); !p.Int8() {
 		t.Fatal("no trial once the hold is over")
 	}
-	// The trial, kept; the return at the next; two more.
+	// The trial, kept; three more int8 exchanges, and the return after
+	// the last.
 	run(&p, 2*PrecisionSettle, swing)
 	if p.Int8() {
 		t.Fatal("int8 below the floor")
 	}
-	if run(&p, 2*PrecisionHold-(PrecisionSettle-1)-1, swing); p.Int8() {
+	if run(&p, 2*PrecisionHold-1, swing); p.Int8() {
 		t.Fatal("a trial within the doubled hold")
 	}
 	if run(&p, 1, swing); !p.Int8() {
@@ -136,5 +139,26 @@ func TestPrecisionReturnsToFP16WhenTheLinkSpeedsUp(t *testing.T) {
 	run(&p, PrecisionSettle, link)
 	if !p.Int8() {
 		t.Fatal("fp16 after the link slowed down again")
+	}
+}
+
+// TestPrecisionRechecksAKeptInt8: a first exchange slowed by the start
+// makes int8 look faster than it is, and the trial keeps it; the re-check
+// after PrecisionHold int8 exchanges finds fp16 as fast and returns to it.
+// On a link where int8 pays, every re-check keeps it, less often each
+// time.
+func TestPrecisionRechecksAKeptInt8(t *testing.T) {
+	p := Precision{Floor: floor}
+	p.Exchanged(100*time.Millisecond, 100*time.Millisecond) // the start
+	busy := func(bool) time.Duration { return 40 * time.Millisecond }
+	if run(&p, PrecisionSettle, busy); !p.Int8() {
+		t.Fatal("the trial after a slow start was not kept")
+	}
+	if n := run(&p, PrecisionHold+PrecisionSettle, busy); n != PrecisionHold || p.Int8() {
+		t.Fatalf("%d int8 exchanges before the re-check, now int8 %v: want %d and fp16", n, p.Int8(), PrecisionHold)
+	}
+	// From then on, trials after 100, 200, 400 fp16 exchanges, all failed.
+	if n := run(&p, 1000, busy); n != 3*PrecisionSettle {
+		t.Fatalf("%d int8 exchanges in 1000, want three failed trials of %d", n, PrecisionSettle)
 	}
 }
