@@ -435,7 +435,7 @@ func writeMethod(b *strings.Builder, r *Results, level int) {
 		"time its recent exchanges took less the round trip of their answer), ±20%%, base weight %g, staleness decay `%s`, "+
 		"models sent as %s, learning rate %g with schedule `%s` over a run of %g epochs on the run clock (%g x %d samples, "+
 		"every node's samples added up). Every node ends the run by itself. ", 1000*st.AvgIntervalS, st.Alpha, st.Staleness,
-		st.WireDType, lr, sched, epochs, epochs, st.TrainSamples)
+		wireWords(st.WireDType), lr, sched, epochs, epochs, st.TrainSamples)
 	if slices.Contains(st.Tune, ModeGossip) {
 		p("Its learning rate is the fastest to target on seed %d of the grid %s. ", st.TuneSeed, joinG(st.LRGrid))
 	}
@@ -578,4 +578,12 @@ func reducedDType(w string) string {
 		return w
 	}
 	return d.Reduced().String()
+}
+
+// wireWords says how gossip's models are sent with --wire-dtype w.
+func wireWords(w string) string {
+	if w == node.WireAuto {
+		return "fp16, or int8 where that makes the exchanges faster (`--wire-dtype auto`)"
+	}
+	return w
 }
