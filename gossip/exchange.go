@@ -289,7 +289,7 @@ func (s *Service) encode(local params.Snapshot, dt DType) (*Frame, error) {
 	}
 	w := s.encoder()
 	w.DType = dt
-	key := frameKey{data: unsafe.SliceData(local.Params), n: len(local.Params), step: local.Step, progress: local.Progress, dtype: w.DType}
+	key := frameKey{data: unsafe.SliceData(local.Params), n: len(local.Params), step: local.Step, progress: local.Progress}
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
 	if c := s.cached[dt]; c != nil && s.cachedKey[dt] == key {
@@ -313,7 +313,6 @@ type frameKey struct {
 	n        int
 	step     int64
 	progress params.Progress
-	dtype    DType
 }
 
 func (s *Service) checkLocal(local params.Snapshot) error {
