@@ -41,49 +41,43 @@ func int8PayloadSize(n uint64) uint64 { return 4*int8Blocks(n) + n }
 // bytes. It reports overflow, writing nothing meaningful, if a block holds
 // a magnitude above maxInt8Magnitude. NaN or Inf in src make their block's
 // scale non-finite: the caller checks finiteness first.
+//
+// Every exchange a node takes part in encodes its model, so this loop is
+// written without branches: the largest magnitude is found on the
+// float32s' bits (with the sign cleared, a finite float32's bits order as
+// its magnitude), and a value rounds to nearest, halves away from zero, by
+// adding half with its sign and truncating (|x| <= 127 within float64's
+// rounding, so no clamp is needed).
 func encodeInt8(dst []byte, src []float32) (overflow bool) {
 	nb := int(int8Blocks(uint64(len(src))))
 	scales, vals := dst[:4*nb], dst[4*nb:]
 	for b := range nb {
 		lo, hi := b*Int8Block, min((b+1)*Int8Block, len(src))
-		var m float32
-		for _, v := range src[lo:hi] {
-			m = max(m, float32(math.Abs(float64(v))))
+		blk, out := src[lo:hi], vals[lo:hi]
+		var mb uint32
+		for _, v := range blk {
+			mb = max(mb, math.Float32bits(v)&0x7fffffff)
 		}
+		m := math.Float32frombits(mb)
 		if m > maxInt8Magnitude {
 			return true
 		}
 		scale := m / 127
 		binary.LittleEndian.PutUint32(scales[4*b:], math.Float32bits(scale))
 		if m == 0 {
-			clear(vals[lo:hi])
+			clear(out)
 			continue
 		}
 		// In float64: 127/m overflows float32 for blocks of values below
 		// about 3.7e-37.
 		inv := 127 / float64(m)
-		for i, v := range src[lo:hi] {
-			vals[lo+i] = byte(roundInt8(float64(v) * inv))
+		out = out[:len(blk)]
+		for i, v := range blk {
+			x := float64(v) * inv
+			out[i] = byte(int32(x + math.Copysign(0.5, x)))
 		}
 	}
 	return false
-}
-
-// roundInt8 rounds x, expected in [-127, 127] give or take rounding, to
-// the nearest integer (halves away from zero), clamped to [-127, 127];
-// NaN (which Encode refuses anyway) to 0.
-func roundInt8(x float64) int8 {
-	switch {
-	case x >= 127:
-		return 127
-	case x <= -127:
-		return -127
-	case x >= 0:
-		return int8(x + 0.5)
-	case x < 0:
-		return int8(x - 0.5)
-	}
-	return 0
 }
 
 // int8Decoder decodes an int8 payload that arrives in pieces, in order:

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -150,5 +151,116 @@ func TestReducedDType(t *testing.T) {
 		if got := d.Reduced(); got != want {
 			t.Errorf("%v.Reduced() = %v, want %v", d, got, want)
 		}
+	}
+}
+
+// TestEncodeInt8MatchesTheFirstEncoder: the branch-free encoder writes the
+// bytes of the first one (kept below as the reference: a scale from the
+// largest |v| in float64, then each value rounded with explicit clamps), so
+// frames did not change: normal values, values across float32's exponents,
+// exact halves of both signs, clamped extremes, zeros of both signs,
+// blocks too small for 127/m in float32, the overflow bound and a short
+// last block.
+func TestEncodeInt8MatchesTheFirstEncoder(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	var cases [][]float32
+	for _, n := range []int{1, 255, 256, 257, 1000, 235_146} {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(r.NormFloat64())
+		}
+		cases = append(cases, v)
+		w := make([]float32, n)
+		for i := range w {
+			w[i] = float32(math.Ldexp(r.Float64()-0.5, r.IntN(240)-140))
+		}
+		cases = append(cases, w)
+	}
+	halves := make([]float32, 512)
+	for i := range halves {
+		halves[i] = float32(i%255-127) + 0.5 // a block whose largest is 127.5 - ... and one of exact halves
+	}
+	halves[0], halves[256] = 127, -127 // scale 1: every other value an exact half
+	cases = append(cases, halves)
+	tiny := make([]float32, 300)
+	for i := range tiny {
+		tiny[i] = float32(r.NormFloat64()) * 1e-38
+	}
+	tiny[3], tiny[4] = float32(math.Copysign(0, -1)), 0
+	cases = append(cases, tiny, make([]float32, 700), []float32{float32(math.Copysign(0, -1)), 0, 1e-45, -1e-45})
+	cases = append(cases, []float32{1e38, -1e38, 1, -3e37}, []float32{-1.0000001e38, 1}, []float32{1, float32(math.Inf(-1))})
+	for ci, src := range cases {
+		n := uint64(len(src))
+		got := make([]byte, int8PayloadSize(n))
+		want := make([]byte, int8PayloadSize(n))
+		gotOver, wantOver := encodeInt8(got, src), firstEncodeInt8(want, src)
+		if gotOver != wantOver {
+			t.Fatalf("case %d (%d values): overflow %v, want %v", ci, n, gotOver, wantOver)
+		}
+		if !gotOver && !bytes.Equal(got, want) {
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("case %d (%d values): byte %d is %d, want %d", ci, n, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// firstEncodeInt8 is the first int8 encoder, the reference for the bytes.
+func firstEncodeInt8(dst []byte, src []float32) (overflow bool) {
+	nb := int(int8Blocks(uint64(len(src))))
+	scales, vals := dst[:4*nb], dst[4*nb:]
+	for b := range nb {
+		lo, hi := b*Int8Block, min((b+1)*Int8Block, len(src))
+		var m float32
+		for _, v := range src[lo:hi] {
+			m = max(m, float32(math.Abs(float64(v))))
+		}
+		if m > maxInt8Magnitude {
+			return true
+		}
+		scale := m / 127
+		binary.LittleEndian.PutUint32(scales[4*b:], math.Float32bits(scale))
+		if m == 0 {
+			clear(vals[lo:hi])
+			continue
+		}
+		inv := 127 / float64(m)
+		for i, v := range src[lo:hi] {
+			x := float64(v) * inv
+			var q int8
+			switch {
+			case x >= 127:
+				q = 127
+			case x <= -127:
+				q = -127
+			case x >= 0:
+				q = int8(x + 0.5)
+			case x < 0:
+				q = int8(x - 0.5)
+			}
+			vals[lo+i] = byte(q)
+		}
+	}
+	return false
+}
+
+// BenchmarkEncodeInt8: the int8 payload of a default-size model (235,146
+// values), which every exchange on int8 encodes, by the encoder and by the
+// first one.
+func BenchmarkEncodeInt8(b *testing.B) {
+	src := testSnapshot(235_146, 1).Params
+	dst := make([]byte, int8PayloadSize(uint64(len(src))))
+	for _, e := range []struct {
+		name string
+		enc  func([]byte, []float32) bool
+	}{{"encoder", encodeInt8}, {"first", firstEncodeInt8}} {
+		b.Run(e.name, func(b *testing.B) {
+			for b.Loop() {
+				e.enc(dst, src)
+			}
+			b.SetBytes(int64(4 * len(src)))
+		})
 	}
 }
