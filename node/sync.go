@@ -429,11 +429,21 @@ func (s *syncer) drain(ctx context.Context) {
 
 // reduceFailed gives up on the member an all-reduce failed on, if known,
 // until it announces again: neither a join nor the next group asks it.
+// Not on a member that reset its stream to us while its connection stays
+// up: it gave up on the round itself, having seen another member fail
+// first, and leads or joins the next group, which wants it. Giving up on
+// it would make us found a group of our own beside that one, and the two
+// merge only seconds later.
 func (s *syncer) reduceFailed(err error) {
 	var re *gossip.AllReduceError
-	if errors.As(err, &re) && re.Peer != "" && re.Peer != s.n.id {
-		s.failed[re.Peer] = time.Now()
+	if !errors.As(err, &re) || re.Peer == "" || re.Peer == s.n.id {
+		return
 	}
+	var reset *network.StreamError
+	if errors.As(re.Err, &reset) && reset.Remote && s.n.host.Network().Connectedness(re.Peer) == network.Connected {
+		return
+	}
+	s.failed[re.Peer] = time.Now()
 }
 
 // refused handles a failed contribution to leader.

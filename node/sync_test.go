@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -13,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/goleak"
 
+	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/train"
 )
@@ -730,4 +733,41 @@ func newDilocoNodes(t *testing.T, network string, slowdowns []float64, edit func
 		c.Mode = ModeDiloco
 		edit(c)
 	})
+}
+
+// TestReduceFailedSparesAMemberThatResetItsStream: an all-reduce that
+// failed on a member whose stream to us was reset by that member, while
+// its connection stays up, does not give up on it: it ended the round
+// itself, having seen another member fail first, and the next group wants
+// it. A member whose connection is gone, one that reset nothing (it hung
+// up or stalled), and a reset on our side are given up on, as before.
+func TestReduceFailedSparesAMemberThatResetItsStream(t *testing.T) {
+	nodes := newSyncNodesWith(t, "sync-reduce-failed", []float64{1, 1}, func(*Config) {})
+	a, b := nodes[0], nodes[1]
+	if a.host.Network().Connectedness(b.ID()) != network.Connected {
+		if err := a.host.Connect(t.Context(), peer.AddrInfo{ID: b.ID(), Addrs: b.host.Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := a.sync // not started: nothing else touches it
+	gone := testPeer(t)
+	for _, c := range []struct {
+		what    string
+		p       peer.ID
+		err     error
+		givenUp bool
+	}{
+		{"reset by a connected member", b.ID(), &network.StreamError{Remote: true}, false},
+		{"reset by a member whose connection is gone", gone, &network.StreamError{Remote: true}, true},
+		{"reset on our side", b.ID(), &network.StreamError{}, true},
+		{"a member that hung up", b.ID(), io.EOF, true},
+		{"a member that stalled", b.ID(), gossip.ErrTimeout, true},
+	} {
+		clear(s.failed)
+		s.reduceFailed(fmt.Errorf("round failed: %w", &gossip.AllReduceError{Round: 3, Peer: c.p,
+			Err: fmt.Errorf("%w: %w", gossip.ErrShortRead, c.err)}))
+		if got := !s.failed[c.p].IsZero(); got != c.givenUp {
+			t.Errorf("%s: given up %v, want %v", c.what, got, c.givenUp)
+		}
+	}
 }
