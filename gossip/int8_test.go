@@ -176,11 +176,13 @@ func TestEncodeInt8MatchesTheFirstEncoder(t *testing.T) {
 		}
 		cases = append(cases, w)
 	}
+	// Two blocks whose largest magnitude is 127 (scale 1): every other
+	// value, -125.5 to 126.5, is an exact half.
 	halves := make([]float32, 512)
 	for i := range halves {
-		halves[i] = float32(i%255-127) + 0.5 // a block whose largest is 127.5 - ... and one of exact halves
+		halves[i] = float32(i%253-126) + 0.5
 	}
-	halves[0], halves[256] = 127, -127 // scale 1: every other value an exact half
+	halves[0], halves[256] = 127, -127
 	cases = append(cases, halves)
 	tiny := make([]float32, 300)
 	for i := range tiny {
