@@ -94,6 +94,7 @@ type syncer struct {
 	synced     bool
 	state      gossip.SyncState      // the group model after the last round we completed; never written
 	failed     map[peer.ID]time.Time // peers given up on, and when
+	spared     map[peer.ID]time.Time // peers not given up on for a reset, and when (reduceFailed)
 	probed     map[peer.ID]time.Time // last probe of a peer outside our group
 	hint       peer.ID               // leader named by a peer that does not lead, asked next
 	rejoin     peer.ID               // the leader that told us to join again, asked first
@@ -152,7 +153,7 @@ func (n *Node) newSyncer() (*syncer, error) {
 	}
 	return &syncer{
 		n: n, svc: svc, log: n.log.With("mode", string(n.cfg.Mode)), probeEvery: n.cfg.Announce.Interval,
-		failed: make(map[peer.ID]time.Time), probed: make(map[peer.ID]time.Time), outer: outer,
+		failed: make(map[peer.ID]time.Time), spared: make(map[peer.ID]time.Time), probed: make(map[peer.ID]time.Time), outer: outer,
 		overlap: n.cfg.SyncOverlap && n.cfg.Mode == ModeSync,
 	}, nil
 }
@@ -433,18 +434,34 @@ func (s *syncer) drain(ctx context.Context) {
 // up: it gave up on the round itself, having seen another member fail
 // first, and leads or joins the next group, which wants it. Giving up on
 // it would make us found a group of our own beside that one, and the two
-// merge only seconds later.
+// merge only seconds later. Such a member is spared once per
+// spareWindow: one that resets its streams round after round is given up
+// on as before, and costs at most one more failed round per window.
 func (s *syncer) reduceFailed(err error) {
 	var re *gossip.AllReduceError
 	if !errors.As(err, &re) || re.Peer == "" || re.Peer == s.n.id {
 		return
 	}
+	now := time.Now()
 	var reset *network.StreamError
 	if errors.As(re.Err, &reset) && reset.Remote && s.n.host.Network().Connectedness(re.Peer) == network.Connected {
-		return
+		if last, ok := s.spared[re.Peer]; !ok || now.Sub(last) > spareWindow {
+			if len(s.spared) >= maxSpared {
+				clear(s.spared)
+			}
+			s.spared[re.Peer] = now
+			return
+		}
 	}
-	s.failed[re.Peer] = time.Now()
+	s.failed[re.Peer] = now
 }
+
+// spareWindow is how often reduceFailed spares one member that reset its
+// stream; maxSpared bounds the peers it remembers (a group has few).
+const (
+	spareWindow = 10 * time.Second
+	maxSpared   = 256
+)
 
 // refused handles a failed contribution to leader.
 func (s *syncer) refused(ctx context.Context, leader peer.ID, err error) {

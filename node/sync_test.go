@@ -740,7 +740,8 @@ func newDilocoNodes(t *testing.T, network string, slowdowns []float64, edit func
 // its connection stays up, does not give up on it: it ended the round
 // itself, having seen another member fail first, and the next group wants
 // it. A member whose connection is gone, one that reset nothing (it hung
-// up or stalled), and a reset on our side are given up on, as before.
+// up or stalled), a reset on our side, and a second reset by the same
+// member within spareWindow are given up on, as before.
 func TestReduceFailedSparesAMemberThatResetItsStream(t *testing.T) {
 	nodes := newSyncNodesWith(t, "sync-reduce-failed", []float64{1, 1}, func(*Config) {})
 	a, b := nodes[0], nodes[1]
@@ -758,6 +759,7 @@ func TestReduceFailedSparesAMemberThatResetItsStream(t *testing.T) {
 		givenUp bool
 	}{
 		{"reset by a connected member", b.ID(), &network.StreamError{Remote: true}, false},
+		{"a second reset by the same member soon after", b.ID(), &network.StreamError{Remote: true}, true},
 		{"reset by a member whose connection is gone", gone, &network.StreamError{Remote: true}, true},
 		{"reset on our side", b.ID(), &network.StreamError{}, true},
 		{"a member that hung up", b.ID(), io.EOF, true},
@@ -769,5 +771,12 @@ func TestReduceFailedSparesAMemberThatResetItsStream(t *testing.T) {
 		if got := !s.failed[c.p].IsZero(); got != c.givenUp {
 			t.Errorf("%s: given up %v, want %v", c.what, got, c.givenUp)
 		}
+	}
+	// Once the window has passed, the member is spared again.
+	clear(s.failed)
+	s.spared[b.ID()] = time.Now().Add(-spareWindow - time.Second)
+	s.reduceFailed(&gossip.AllReduceError{Round: 4, Peer: b.ID(), Err: &network.StreamError{Remote: true}})
+	if !s.failed[b.ID()].IsZero() {
+		t.Errorf("a reset %v after the last one spared: given up, want spared", spareWindow)
 	}
 }
