@@ -71,7 +71,7 @@ func encodeInt8(dst []byte, src []float32) (overflow bool) {
 		// In float64: 127/m overflows float32 for blocks of values below
 		// about 3.7e-37.
 		inv := 127 / float64(m)
-		out = out[:len(blk)]
+		out = out[:len(blk)] // the same length: lets the compiler drop the bounds check
 		for i, v := range blk {
 			x := float64(v) * inv
 			out[i] = byte(int32(x + math.Copysign(0.5, x)))
