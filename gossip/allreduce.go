@@ -1,6 +1,6 @@
 package gossip
 
-// The all-reduce data path, /meshtrain/allreduce/2.0.0: the bulk transfer
+// The all-reduce data path, /meshtrain/allreduce/2.1.0: the bulk transfer
 // behind sync mode's rounds (and diloco's), with no member reducing for
 // everyone. Which members take part in which reduction is decided
 // elsewhere (the sync leader's roster, sync.go); this file only moves and
@@ -24,7 +24,7 @@ package gossip
 // 48-byte header and a bounded fp32 or fp16 payload:
 //
 //	0:4   magic "MTAR"          4     version (2)
-//	5     kind: 1 scatter, 2 gather          6     payload: 0 fp32, 2 fp16
+//	5     kind: 1 scatter, 2 gather, 3 left  6     payload: 0 fp32, 2 fp16
 //	7     reserved, zero
 //	8:16  reduction round       16:24 reduction group (the model's nonce)
 //	24:32 buffer length, elements
@@ -43,6 +43,13 @@ package gossip
 // finished, the next are not sent), and Settle names the one reduction of
 // a round and group, so that messages of any other member list for them
 // are dropped instead of holding up the stream they came on.
+//
+// A member whose reduction fails tells the members still waiting on it
+// (a "left" message: a header with no payload): they fail at once instead
+// of at their deadline, and a member that already has everything it needs
+// from the one that left finishes. Only a member we still need something
+// from can fail our reduction by leaving, hanging up or breaking its
+// stream; a gather we cannot deliver fails only its addressee.
 
 import (
 	"context"
@@ -66,7 +73,7 @@ import (
 )
 
 // AllReduceProtocolID is the all-reduce data path.
-const AllReduceProtocolID protocol.ID = "/meshtrain/allreduce/2.0.0"
+const AllReduceProtocolID protocol.ID = "/meshtrain/allreduce/2.1.0"
 
 // AllReduceServiceName is the resource-manager service its streams are
 // attributed to.
@@ -90,12 +97,19 @@ const reduceVersion = 2
 const (
 	reduceScatter byte = 1
 	reduceGather  byte = 2
+	reduceLeft    byte = 3 // the sender's reduction failed: it sends no more
 )
 
 // ErrAllReduce wraps every failed reduction: a member did not send its part
 // in time, sent a bad one, or its stream broke. The buffer then holds a mix
 // of our own values and partial results and must not be used.
 var ErrAllReduce = errors.New("gossip: all-reduce failed")
+
+// ErrMemberLeft is the cause of a reduction that failed because a member
+// we still needed data from said it left it: its own reduction failed
+// (another member failed it first, or its deadline passed). The member
+// itself is alive.
+var ErrMemberLeft = errors.New("gossip: a member left the all-reduce")
 
 // AllReduceError is a failed reduction. It wraps ErrAllReduce and the
 // cause; Peer is the member it failed on (whose stream broke, who sent a
@@ -269,6 +283,11 @@ func parseReduceHeader(b []byte, maxElements int) (reduceHeader, error) {
 		h.dtype = FP16
 	}
 	switch {
+	case h.kind == reduceLeft:
+		if b[6] != 0 || b[7] != 0 || h.total != 0 || h.offset != 0 || h.count != 0 {
+			return h, fmt.Errorf("%w: all-reduce left message with a payload or reserved bytes set", ErrProtocol)
+		}
+		return h, nil
 	case h.kind != reduceScatter && h.kind != reduceGather:
 		return h, fmt.Errorf("%w: all-reduce message kind %d", ErrProtocol, h.kind)
 	case b[6] != 0 && b[6] != byte(FP16):
@@ -298,6 +317,11 @@ type reduceMsg struct {
 	h    reduceHeader
 	data []float32
 	err  error
+	// other marks an err of a stream that carried no message of this
+	// reduction: the peer reset it when an earlier one ended, and sends
+	// this one's on a new stream; if this one ended for it too, it says
+	// so (a left message), and if it is gone, our connection to it goes.
+	other bool
 }
 
 // reduceOp is one reduction in progress. Immutable after start except
@@ -308,6 +332,10 @@ type reduceOp struct {
 	in      chan reduceMsg
 	done    chan struct{}
 	abandon chan struct{} // closed by Abandon
+	// sent counts, per member, our sends to it that ended (its scatter
+	// and its gather, delivered or not): a member with fewer than two
+	// may still wait on us.
+	sent []atomic.Int32
 }
 
 // AllReducer runs all-reduces among the members of a group, one at a time.
@@ -342,8 +370,17 @@ type AllReducer struct {
 	inbound   map[peer.ID]network.Stream
 	links     map[peer.ID]*reduceLink
 	broken    map[peer.ID]error // peers whose stream to us failed, until they open another
+	left      []leftNote        // members that left a reduction before we started it
+
+	notifiee network.Notifiee // tells the reduction in progress a member is gone
 
 	reductions, failures, abandons atomic.Uint64
+}
+
+// leftNote is a "left" message for a reduction we had not started.
+type leftNote struct {
+	id   ReduceID
+	from peer.ID
 }
 
 // reduceLink is our outbound stream to one peer.
@@ -373,6 +410,8 @@ func NewAllReducer(h host.Host, cfg AllReduceConfig) (*AllReducer, error) {
 	}
 	a.rj = newRejecter(cfg.Counters, cfg.OnReject, a.log)
 	a.ctx, a.cancel = context.WithCancel(context.Background())
+	a.notifiee = &network.NotifyBundle{DisconnectedF: a.disconnected}
+	h.Network().Notify(a.notifiee)
 	h.SetStreamHandler(AllReduceProtocolID, a.accept)
 	return a, nil
 }
@@ -469,6 +508,9 @@ func (a *AllReducer) Close() error {
 	links := a.links
 	a.links = map[peer.ID]*reduceLink{}
 	a.mu.Unlock()
+	// Not under a.mu: the network holds its notifiee lock while it calls
+	// disconnected, which takes a.mu.
+	a.h.Network().StopNotify(a.notifiee)
 	var ends sync.WaitGroup
 	for _, l := range links {
 		ends.Go(func() {
@@ -494,6 +536,21 @@ func (a *AllReducer) Close() error {
 	return nil
 }
 
+// disconnected fails the reduction in progress at once if it waits on a
+// member we lost our last connection to.
+func (a *AllReducer) disconnected(n network.Network, c network.Conn) {
+	p := c.RemotePeer()
+	if n.Connectedness(p) == network.Connected {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed || a.cur == nil || !slices.Contains(a.cur.members, p) {
+		return
+	}
+	a.wg.Go(func() { a.deliverErr(p, fmt.Errorf("member %s is gone: disconnected", p), true, nil) })
+}
+
 // accept takes a peer's stream to us; a newer one replaces an older.
 func (a *AllReducer) accept(st network.Stream) {
 	p := st.Conn().RemotePeer()
@@ -516,16 +573,20 @@ func (a *AllReducer) accept(st network.Stream) {
 	a.wg.Add(1)
 	a.mu.Unlock()
 	defer a.wg.Done()
-	err := a.read(st, p)
-	if errors.Is(err, errSuperseded) {
-		err = nil
-	}
+	var last *ReduceID // the reduction of the last message read
+	err := a.read(st, p, &last)
 	a.mu.Lock()
-	if a.inbound[p] == st {
+	current := a.inbound[p] == st
+	if current {
 		delete(a.inbound, p)
 	}
 	a.mu.Unlock()
-	if err != nil {
+	switch {
+	case !current || errors.Is(err, errSuperseded):
+		// The peer opened a newer stream, which carries what it sends
+		// from now on: this one's end says nothing.
+		_ = st.Reset()
+	case err != nil:
 		_ = st.Reset()
 		if a.ctx.Err() == nil {
 			a.rj.reject(p, err)
@@ -534,16 +595,25 @@ func (a *AllReducer) accept(st network.Stream) {
 				a.broken[p] = err
 			}
 			a.mu.Unlock()
-			a.deliverErr(p, err)
+			// Only a reset by the peer may concern an earlier reduction
+			// than ours; what we refused in its messages concerns us.
+			var reset *network.StreamError
+			remote := errors.As(err, &reset) && reset.Remote
+			a.deliverErr(p, err, !remote, last)
 		}
-		return
+	default:
+		// The peer ended its stream: it closed its all-reducer and sends
+		// nothing more, on this stream or another.
+		_ = st.Close()
+		if a.ctx.Err() == nil {
+			a.deliverErr(p, fmt.Errorf("ended: %w", io.EOF), true, nil)
+		}
 	}
-	_ = st.Close()
 }
 
 // read reads messages from p until the stream ends; it returns nil at a
-// clean end of stream.
-func (a *AllReducer) read(st network.Stream, p peer.ID) error {
+// clean end of stream. *last is set to the reduction of each message read.
+func (a *AllReducer) read(st network.Stream, p peer.ID, last **ReduceID) error {
 	x := &streamIO{ctx: a.ctx, st: st, c: a.c, timeout: a.cfg.ChunkTimeout}
 	var hb [ReduceHeaderSize]byte
 	var half []byte // fp16 payloads, before they are widened
@@ -562,6 +632,13 @@ func (a *AllReducer) read(st network.Stream, p peer.ID) error {
 		h, err := parseReduceHeader(hb[:], a.cfg.MaxElements)
 		if err != nil {
 			return err
+		}
+		*last = &h.id
+		if h.kind == reduceLeft {
+			if err := a.deliver(st, reduceMsg{from: p, h: h}); err != nil {
+				return err
+			}
+			continue
 		}
 		data := a.alloc(int(h.count))
 		if h.dtype == FP16 {
@@ -640,6 +717,15 @@ func (a *AllReducer) deliver(st network.Stream, m reduceMsg) error {
 			// list's for a round we know the members of.
 			a.free(m.data)
 			return nil
+		case m.h.kind == reduceLeft:
+			// Noted for when we start it, without holding up the stream.
+			a.mu.Lock()
+			a.left = append(a.left, leftNote{id: m.h.id, from: m.from})
+			if len(a.left) > maxEnded {
+				a.left = slices.Delete(a.left, 0, len(a.left)-maxEnded)
+			}
+			a.mu.Unlock()
+			return nil
 		}
 		select {
 		case <-changed:
@@ -661,19 +747,24 @@ func (a *AllReducer) deliver(st network.Stream, m reduceMsg) error {
 	}
 }
 
-// deliverErr tells the reduction in progress that p's stream failed, if p
-// is one of its members.
-func (a *AllReducer) deliverErr(p peer.ID, err error) {
+// deliverErr tells the reduction in progress that p's stream failed or
+// ended, if p is one of its members, after the messages p sent before.
+// all says the failure concerns every reduction p takes part in (it sent
+// something we refuse, closed its all-reducer, or we lost our connection
+// to it); if not (p reset the stream), last is the reduction of the last
+// message the stream carried, nil if none.
+func (a *AllReducer) deliverErr(p peer.ID, err error, all bool, last *ReduceID) {
 	a.mu.Lock()
 	op := a.cur
 	a.mu.Unlock()
 	if op == nil || !slices.Contains(op.members, p) {
 		return
 	}
+	m := reduceMsg{from: p, err: err, other: !all && (last == nil || *last != op.id)}
 	select {
-	case op.in <- reduceMsg{from: p, err: err}:
+	case op.in <- m:
 	case <-op.done:
-	default: // the op has messages to read first; it will time out instead
+	case <-a.ctx.Done():
 	}
 }
 
@@ -704,7 +795,8 @@ func (a *AllReducer) AllReduce(ctx context.Context, id ReduceID, members []peer.
 	a.runMu.Lock()
 	defer a.runMu.Unlock()
 	op := &reduceOp{id: id, members: members,
-		in: make(chan reduceMsg, 4*len(members)), done: make(chan struct{}), abandon: make(chan struct{})}
+		in: make(chan reduceMsg, 4*len(members)), done: make(chan struct{}), abandon: make(chan struct{}),
+		sent: make([]atomic.Int32, len(members))}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -728,6 +820,11 @@ func (a *AllReducer) AllReduce(ctx context.Context, id ReduceID, members []peer.
 		if berr := a.broken[p]; berr != nil && a.h.Network().Connectedness(p) != network.Connected {
 			err = onPeer(p, fmt.Errorf("member %s is gone: %w", p, berr))
 			break
+		}
+	}
+	for _, l := range a.left {
+		if err == nil && l.id == id && slices.Contains(members, l.from) {
+			err = onPeer(l.from, fmt.Errorf("%w: %s left round %d before we started it", ErrMemberLeft, l.from, id.Round))
 		}
 	}
 	a.mu.Unlock()
@@ -758,6 +855,8 @@ func (a *AllReducer) AllReduce(ctx context.Context, id ReduceID, members []peer.
 		a.failures.Add(1)
 		if a.ctx.Err() != nil {
 			err = fmt.Errorf("%w: %w", err, ErrClosed)
+		} else {
+			a.leave(op, me)
 		}
 		re := &AllReduceError{Round: id.Round, Err: err}
 		var pe *peerError
@@ -790,7 +889,9 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 	a.own = append(a.own[:0], buf[lo:hi]...)
 	own := a.own
 
-	sendErr := make(chan error, 2*k)
+	// A scatter that fails fails the reduction: its owner cannot average
+	// its segment, so nobody gets it.
+	sendErr := make(chan error, k)
 	scattered := make([]chan struct{}, k)
 	for j, p := range op.members {
 		if j == me {
@@ -800,6 +901,7 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 		jlo, jhi := segment(n, k, j)
 		senders.Go(func() {
 			defer close(scattered[j])
+			defer op.sent[j].Add(1)
 			if err := a.send(ctx, op.abandon, p, reduceScatter, a.cfg.DType, op.id, n, jlo, buf[jlo:jhi]); err != nil {
 				sendErr <- onPeer(p, err)
 			}
@@ -811,6 +913,12 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 	for j := range op.members {
 		nextScatter[j] = lo
 		nextGather[j], _ = segment(n, k, j)
+	}
+	// needs reports whether member j still owes us part of its scatter or
+	// of its gather: only then can its leaving fail our reduction.
+	needs := func(j int) bool {
+		_, jhi := segment(n, k, j)
+		return nextScatter[j] < hi || nextGather[j] < jhi
 	}
 	scatterLeft := (k - 1) * (hi - lo)
 	gatherLeft := n - (hi - lo)
@@ -834,10 +942,19 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 		case <-a.ctx.Done():
 			return ErrClosed
 		}
-		if m.err != nil {
-			return onPeer(m.from, fmt.Errorf("stream from %s: %w", m.from, m.err))
-		}
 		j := slices.Index(op.members, m.from)
+		switch {
+		case m.err != nil && m.other && a.h.Network().Connectedness(m.from) == network.Connected:
+			continue
+		case (m.err != nil || m.h.kind == reduceLeft) && !needs(j):
+			// It sent us all we need from it; what it misses of ours
+			// fails only its own reduction.
+			continue
+		case m.err != nil:
+			return onPeer(m.from, fmt.Errorf("stream from %s: %w", m.from, m.err))
+		case m.h.kind == reduceLeft:
+			return onPeer(m.from, fmt.Errorf("%w: %s left round %d", ErrMemberLeft, m.from, op.id.Round))
+		}
 		off, cnt := int(m.h.offset), int(m.h.count)
 		var bad error
 		switch {
@@ -855,7 +972,7 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 			nextScatter[j] += cnt
 			scatterLeft -= cnt
 			if scatterLeft == 0 {
-				if err := a.finishSegment(ctx, op, me, own, buf, lo, &senders, sendErr); err != nil {
+				if err := a.finishSegment(ctx, op, me, own, buf, lo, &senders); err != nil {
 					return err
 				}
 			}
@@ -887,33 +1004,28 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 			return onPeer(m.from, bad)
 		}
 	}
-	cancelOnError := make(chan struct{})
+	// We hold the mean; what is left is sending ours, from buf.
+	sent := make(chan struct{})
 	go func() {
 		senders.Wait()
-		close(cancelOnError)
+		close(sent)
 	}()
 	select {
-	case <-cancelOnError:
-	case err := <-sendErr:
-		return err
+	case <-sent:
 	case <-op.abandon:
-		<-cancelOnError
+		<-sent
 		return ErrAbandoned
 	case <-ctx.Done():
 		return ctx.Err()
-	}
-	select {
-	case err := <-sendErr:
-		return err
-	default:
 	}
 	return nil
 }
 
 // finishSegment turns our segment's sum into the mean, writes it into buf
-// and sends it to every member.
+// and sends it to every member. A gather we cannot deliver fails only the
+// member it was for, whose stream we reset.
 func (a *AllReducer) finishSegment(ctx context.Context, op *reduceOp, me int, own, buf []float32, lo int,
-	senders *sync.WaitGroup, sendErr chan<- error) error {
+	senders *sync.WaitGroup) error {
 	scale := 1 / float32(len(op.members))
 	for i := range own {
 		own[i] *= scale
@@ -933,8 +1045,9 @@ func (a *AllReducer) finishSegment(ctx context.Context, op *reduceOp, me int, ow
 			continue
 		}
 		senders.Go(func() {
+			defer op.sent[j].Add(1)
 			if err := a.send(ctx, op.abandon, p, reduceGather, dt, op.id, len(buf), lo, seg); err != nil {
-				sendErr <- onPeer(p, err)
+				a.log.Debug("all-reduce segment not delivered", "peer", p, "round", op.id.Round, "err", err)
 			}
 		})
 	}
@@ -954,10 +1067,8 @@ func (a *AllReducer) cutOff(p peer.ID) {
 
 // send writes v, which starts at offset off of a buffer of total elements,
 // to p as messages of at most ChunkElements, each as dt or, if fp16 would
-// overflow, as fp32.
-// send writes v as messages to p, stopping before the next message once
-// stop is closed (a message under way is finished); ctx ending resets the
-// stream.
+// overflow, as fp32. It stops before the next message once stop is closed
+// (a message under way is finished); ctx ending resets the stream.
 func (a *AllReducer) send(ctx context.Context, stop <-chan struct{}, p peer.ID, kind byte, dt DType, id ReduceID, total, off int, v []float32) error {
 	l := a.link(p)
 	if l == nil {
@@ -965,20 +1076,10 @@ func (a *AllReducer) send(ctx context.Context, stop <-chan struct{}, p peer.ID, 
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.st == nil {
-		octx, cancel := context.WithTimeout(ctx, a.cfg.ChunkTimeout)
-		st, err := a.h.NewStream(network.WithAllowLimitedConn(octx, "all-reduce"), p, AllReduceProtocolID)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("open all-reduce stream to %s: %w", p, err)
-		}
-		if err := st.Scope().SetService(AllReduceServiceName); err != nil {
-			_ = st.Reset()
-			return fmt.Errorf("all-reduce stream to %s: %w", p, err)
-		}
-		l.st = st
+	st, err := a.open(ctx, l, p)
+	if err != nil {
+		return err
 	}
-	st := l.st
 	// A reduction given up mid-message leaves the stream unusable: reset.
 	unreset := context.AfterFunc(ctx, func() { _ = st.Reset() })
 	defer func() {
@@ -1024,6 +1125,72 @@ func (a *AllReducer) send(ctx context.Context, stop <-chan struct{}, p peer.ID, 
 		v, off = v[c:], off+c
 	}
 	return nil
+}
+
+// open returns l's stream to p, opening it if need be. l.mu held.
+func (a *AllReducer) open(ctx context.Context, l *reduceLink, p peer.ID) (network.Stream, error) {
+	if l.st != nil {
+		return l.st, nil
+	}
+	octx, cancel := context.WithTimeout(ctx, a.cfg.ChunkTimeout)
+	st, err := a.h.NewStream(network.WithAllowLimitedConn(octx, "all-reduce"), p, AllReduceProtocolID)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("open all-reduce stream to %s: %w", p, err)
+	}
+	if err := st.Scope().SetService(AllReduceServiceName); err != nil {
+		_ = st.Reset()
+		return nil, fmt.Errorf("all-reduce stream to %s: %w", p, err)
+	}
+	l.st = st
+	return st, nil
+}
+
+// leave tells every member op may still wait on (we have not ended both
+// our sends to it) that our part of op is over, so that it fails now, not
+// at its deadline. In the background, and only over connections that are
+// up: a member we are not connected to has seen our streams break.
+func (a *AllReducer) leave(op *reduceOp, me int) {
+	for j, p := range op.members {
+		if j == me || op.sent[j].Load() >= 2 || a.h.Network().Connectedness(p) != network.Connected {
+			continue
+		}
+		a.mu.Lock()
+		if a.closed {
+			a.mu.Unlock()
+			return
+		}
+		a.wg.Add(1)
+		a.mu.Unlock()
+		go func() {
+			defer a.wg.Done()
+			a.sendLeft(p, op.id)
+		}()
+	}
+}
+
+// sendLeft sends p a "left" message for reduction id.
+func (a *AllReducer) sendLeft(p peer.ID, id ReduceID) {
+	l := a.link(p)
+	if l == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(network.WithNoDial(a.ctx, "all-reduce left"), a.cfg.ChunkTimeout)
+	defer cancel()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, err := a.open(ctx, l, p)
+	if err == nil {
+		x := &streamIO{ctx: ctx, st: st, c: a.c, timeout: a.cfg.ChunkTimeout}
+		hb := reduceHeader{kind: reduceLeft, id: id}.marshal()
+		if err = x.writeAll(hb[:]); err != nil {
+			_ = st.Reset()
+			l.st = nil
+		}
+	}
+	if err != nil {
+		a.log.Debug("could not tell a member we left the all-reduce", "peer", p, "round", id.Round, "err", err)
+	}
 }
 
 func (a *AllReducer) link(p peer.ID) *reduceLink {

@@ -210,6 +210,8 @@ func TestAllReduceHostile(t *testing.T) {
 		{"reserved bits", func(b []byte) { b[7] = 1 }, good(reduceScatter, n, n/2, n/2), make([]float32, n/2), ReasonProtocol},
 		{"unknown payload type", func(b []byte) { b[6] = 1 }, good(reduceScatter, n, n/2, n/2), make([]float32, n/2), ReasonProtocol},
 		{"fp16 infinity", nil, halfInf, fp16Infs, ReasonNonFinite},
+		{"a left message with a payload", nil, good(reduceLeft, n, n/2, n/2), make([]float32, n/2), ReasonProtocol},
+		{"a left message of an unknown payload type", func(b []byte) { b[6] = 2 }, good(reduceLeft, 0, 0, 0), nil, ReasonProtocol},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -553,6 +555,17 @@ func TestAllReduceWire(t *testing.T) {
 	}
 	if got, err := parseReduceHeader(b[:], 1<<20); err != nil || got != h {
 		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	// A left message is a header with kind 3 and no payload.
+	l := reduceHeader{kind: reduceLeft, dtype: FP32, id: h.id}
+	lb := l.marshal()
+	wantLeft := "4d544152" + "02" + "03" + "0000" + "0201000000000000" + "0807060504030201" +
+		"0000000000000000" + "0000000000000000" + "00000000" + "0d0c0b0a"
+	if got := hex.EncodeToString(lb[:]); got != wantLeft {
+		t.Fatalf("left header\n got %s\nwant %s", got, wantLeft)
+	}
+	if got, err := parseReduceHeader(lb[:], 1<<20); err != nil || got != l {
+		t.Fatalf("left round trip: %+v, %v", got, err)
 	}
 }
 

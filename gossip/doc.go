@@ -4,7 +4,7 @@
 // which every peer tells the mesh its step, progress, metrics and
 // addresses; and sync mode's rounds, a leader's coordination
 // (/meshtrain/sync/2.0.0) around a bandwidth-optimal all-reduce among the
-// members (/meshtrain/allreduce/2.0.0: reduce-scatter and all-gather of one
+// members (/meshtrain/allreduce/2.1.0: reduce-scatter and all-gather of one
 // flat fp32 buffer, one long-lived stream per pair, no member reducing for
 // everyone). Both are built to face strangers on an open mesh: every input
 // is bounded, checked and, if refused, counted under a small fixed set of

@@ -430,9 +430,10 @@ func (s *syncer) drain(ctx context.Context) {
 
 // reduceFailed gives up on the member an all-reduce failed on, if known,
 // until it announces again: neither a join nor the next group asks it.
-// Not on a member that reset its stream to us while its connection stays
-// up: it gave up on the round itself, having seen another member fail
-// first, and leads or joins the next group, which wants it. Giving up on
+// Not on a member that said it left the reduction, or reset its stream to
+// us, while its connection stays up: it gave up on the round itself,
+// having seen another member fail first, and leads or joins the next
+// group, which wants it. Giving up on
 // it would make us found a group of our own beside that one, and the two
 // merge only seconds later. Such a member is spared once per
 // spareWindow: one that resets its streams round after round is given up
@@ -444,7 +445,8 @@ func (s *syncer) reduceFailed(err error) {
 	}
 	now := time.Now()
 	var reset *network.StreamError
-	if errors.As(re.Err, &reset) && reset.Remote && s.n.host.Network().Connectedness(re.Peer) == network.Connected {
+	left := errors.Is(re.Err, gossip.ErrMemberLeft) || errors.As(re.Err, &reset) && reset.Remote
+	if left && s.n.host.Network().Connectedness(re.Peer) == network.Connected {
 		if last, ok := s.spared[re.Peer]; !ok || now.Sub(last) > spareWindow {
 			if len(s.spared) >= maxSpared {
 				clear(s.spared)

@@ -737,9 +737,9 @@ func newDilocoNodes(t *testing.T, network string, slowdowns []float64, edit func
 
 // TestReduceFailedSparesAMemberThatResetItsStream: an all-reduce that
 // failed on a member whose stream to us was reset by that member, while
-// its connection stays up, does not give up on it: it ended the round
-// itself, having seen another member fail first, and the next group wants
-// it. A member whose connection is gone, one that reset nothing (it hung
+// its connection stays up, or that said it left the round, does not give
+// up on it: it ended the round itself, having seen another member fail
+// first, and the next group wants it. A member whose connection is gone, one that reset nothing (it hung
 // up or stalled), a reset on our side, and a second reset by the same
 // member within spareWindow are given up on, as before.
 func TestReduceFailedSparesAMemberThatResetItsStream(t *testing.T) {
@@ -764,7 +764,13 @@ func TestReduceFailedSparesAMemberThatResetItsStream(t *testing.T) {
 		{"reset on our side", b.ID(), &network.StreamError{}, true},
 		{"a member that hung up", b.ID(), io.EOF, true},
 		{"a member that stalled", b.ID(), gossip.ErrTimeout, true},
+		{"a connected member that said it left the round, a window after the last spare", b.ID(), gossip.ErrMemberLeft, false},
+		{"the same member leaving again soon after", b.ID(), gossip.ErrMemberLeft, true},
+		{"a member that left and whose connection is gone", gone, gossip.ErrMemberLeft, true},
 	} {
+		if strings.Contains(c.what, "a window after") {
+			s.spared[c.p] = time.Now().Add(-spareWindow - time.Second)
+		}
 		clear(s.failed)
 		s.reduceFailed(fmt.Errorf("round failed: %w", &gossip.AllReduceError{Round: 3, Peer: c.p,
 			Err: fmt.Errorf("%w: %w", gossip.ErrShortRead, c.err)}))
