@@ -681,10 +681,20 @@ type earlyReduce struct {
 }
 
 // startEarly starts the all-reduce of c.Params among c.Members, if c
-// names members that include us; nil if not.
+// names members that include us and we are connected to every other; nil
+// if not. A member we are not connected to has left the group or is
+// gone: the round will have other members, and messages of a guessed
+// all-reduce that no member runs would hold up the streams they went on
+// until they are dropped.
 func (s *SyncService) startEarly(ctx context.Context, c Contribution) *earlyReduce {
 	if len(c.Members) < 2 || !slices.Contains(c.Members, s.h.ID()) {
 		return nil
+	}
+	for _, p := range c.Members {
+		if p != s.h.ID() && s.h.Network().Connectedness(p) != network.Connected {
+			s.stats.earlyMisses.Add(1)
+			return nil
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var saved []float32
