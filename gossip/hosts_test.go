@@ -60,7 +60,7 @@ func startHost(t testing.TB, transport string, limits rcmgr.ConcreteLimitConfig)
 	switch transport {
 	case "tcp":
 		opts = append(opts, libp2p.Transport(tcp.NewTCPTransport), libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"),
-			libp2p.Security(noise.ID, noise.New), libp2p.Security(libp2ptls.ID, libp2ptls.New))
+			libp2p.Security(libp2ptls.ID, libp2ptls.New), libp2p.Security(noise.ID, noise.New)) // as a node's host
 	case "quic":
 		opts = append(opts, libp2p.Transport(quic.NewTransport), libp2p.ListenAddrStrings("/ip4/127.0.0.1/udp/0/quic-v1"))
 	default:

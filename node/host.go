@@ -193,8 +193,12 @@ func NewHost(key crypto.PrivKey, cfg HostConfig, log *slog.Logger) (*Host, error
 		libp2p.Identity(key),
 		libp2p.ListenAddrStrings(listen...),
 		libp2p.Transport(tcp.NewTCPTransport),
-		libp2p.Security(noise.ID, noise.New),
+		// TLS 1.3 first: the dialer's first choice wins, and its AES-GCM
+		// runs on the CPU's AES instructions, where Noise's ChaCha20-Poly1305
+		// took 16-18% of a sync node's CPU (docs/benchmarks.md). Noise
+		// stays for peers that offer only it.
 		libp2p.Security(libp2ptls.ID, libp2ptls.New),
+		libp2p.Security(noise.ID, noise.New),
 		libp2p.DefaultMuxers,
 		libp2p.ConnectionManager(cm),
 		libp2p.ResourceManager(rm),
