@@ -26,6 +26,26 @@ func leftConfig() AllReduceConfig {
 	return c
 }
 
+// leftReducers is newReducers with leftConfig, and a context that bounds
+// the test's reductions.
+func leftReducers(t *testing.T, k int) ([]reducePeer, []peer.ID, context.Context) {
+	t.Helper()
+	ps, ids := newReducers(t, k, leftConfig())
+	ctx, cancel := context.WithTimeout(t.Context(), leftTimeout)
+	t.Cleanup(cancel)
+	return ps, ids, ctx
+}
+
+// running waits until r runs a reduction.
+func running(t *testing.T, who string, r *AllReducer) {
+	t.Helper()
+	eventually(t, who+" to start", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.cur != nil
+	})
+}
+
 // wantLeft checks that err is a reduction that failed because one of ps
 // left it.
 func wantLeft(t *testing.T, who string, err error, ps ...peer.ID) {
@@ -148,11 +168,7 @@ func TestAllReduceMemberThatOwesNothingMayLeave(t *testing.T) {
 	done := make(chan error, 1)
 	bufA := randVec(n, 1)
 	go func() { done <- first.r.AllReduce(ctx, id, ids, bufA) }()
-	eventually(t, "A to start", func() bool {
-		first.r.mu.Lock()
-		defer first.r.mu.Unlock()
-		return first.r.cur != nil
-	})
+	running(t, "A", first.r)
 	mean := randVec(xhi-xlo, 7) // what X says its segment's mean is
 	for _, p := range ps {
 		st, err := x.NewStream(ctx, p.h.ID(), AllReduceProtocolID)
@@ -278,11 +294,9 @@ func TestAllReduceSegmentNotDeliveredFailsOnlyItsAddressee(t *testing.T) {
 // next reduction's messages on a new stream, and both finish.
 func TestAllReduceOldStreamResetIsNoFailure(t *testing.T) {
 	checkLeaks(t)
-	ps, ids := newReducers(t, 2, leftConfig())
+	ps, ids, ctx := leftReducers(t, 2)
 	a, b := ps[0], ps[1]
 	const n = 2000
-	ctx, cancel := context.WithTimeout(t.Context(), leftTimeout)
-	defer cancel()
 	bufs := [][]float32{randVec(n, 1), randVec(n, 2)}
 	for i, err := range reduceAll(ctx, ps, ReduceID{Round: 1, Group: 6}, ids, bufs) {
 		if err != nil {
@@ -291,11 +305,7 @@ func TestAllReduceOldStreamResetIsNoFailure(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- a.r.AllReduce(ctx, ReduceID{Round: 2, Group: 6}, ids, bufs[0]) }()
-	eventually(t, "A to start", func() bool {
-		a.r.mu.Lock()
-		defer a.r.mu.Unlock()
-		return a.r.cur != nil
-	})
+	running(t, "A", a.r)
 	l := b.r.link(a.h.ID())
 	l.mu.Lock()
 	_ = l.st.Reset()
@@ -323,11 +333,9 @@ func TestAllReduceOldStreamResetIsNoFailure(t *testing.T) {
 // it from the lost connection and fails at once.
 func TestAllReduceMemberDisconnectedFailsAtOnce(t *testing.T) {
 	checkLeaks(t)
-	ps, ids := newReducers(t, 2, leftConfig())
+	ps, ids, ctx := leftReducers(t, 2)
 	a, b := ps[0], ps[1]
 	const n = 2000
-	ctx, cancel := context.WithTimeout(t.Context(), leftTimeout)
-	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- a.r.AllReduce(ctx, ReduceID{Round: 1, Group: 6}, ids, randVec(n, 1)) }()
 	eventually(t, "B to read A's scatter", func() bool {
