@@ -692,8 +692,7 @@ func (s *SyncService) startEarly(ctx context.Context, c Contribution) *earlyRedu
 	}
 	for _, p := range c.Members {
 		if p != s.h.ID() && s.h.Network().Connectedness(p) != network.Connected {
-			s.stats.earlyMisses.Add(1)
-			return nil
+			return nil // not a miss: no all-reduce was started
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
