@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"fmt"
-	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/node"
+	"github.com/meshtrain/meshtrain/testnet"
 )
 
 // TestDiscoveryAdvertisesOnce: the discovery loop runs every interval, but
@@ -114,12 +114,11 @@ func TestBootstrapStartingLater(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testnet.FreePort("tcp")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
+	addr := fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", port)
 	cfg := func() node.HostConfig {
 		return node.HostConfig{Profile: node.ProfileLocal, Network: "late", Listen: []string{"/ip4/127.0.0.1/tcp/0"},
 			DiscoveryInterval: time.Hour, Gossip: gossip.DefaultConfig()}

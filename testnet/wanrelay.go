@@ -157,17 +157,18 @@ func (w *WAN) Attach(i int, listen netip.AddrPort) error {
 }
 
 // Join makes a new endpoint for a process about to start: it picks a free
-// UDP port on 127.0.0.1 for the process to listen on (free when probed, as
-// a testnet picks API ports), names it to the network before the process
-// can send from it, so that its very first packet counts as its own, and
-// returns it with the public address the process must announce.
+// UDP port on 127.0.0.1 for the process to listen on (FreePort: free when
+// probed, and outside the kernel's ephemeral range, so no other socket is
+// handed it before the process binds it), names it to the network before
+// the process can send from it, so that its very first packet counts as
+// its own, and returns it with the public address the process must
+// announce.
 func (w *WAN) Join(name string) (listen, public netip.AddrPort, err error) {
-	probe, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	port, err := FreePort("udp")
 	if err != nil {
 		return listen, public, fmt.Errorf("%w: wan: %w", ErrBench, err)
 	}
-	listen = probe.LocalAddr().(*net.UDPAddr).AddrPort()
-	probe.Close()
+	listen = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(port))
 	ep, public, err := w.AddEndpoint(name)
 	if err != nil {
 		return listen, public, err

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/meshtrain/meshtrain/testnet"
 )
 
 // PyTorch trainers through the local trainer API: the README's section,
@@ -149,14 +150,14 @@ func TestE2EPyTorchReadme(t *testing.T) {
 	t.Logf("README PyTorch section: %.0fs; %v", time.Since(began).Seconds(), got)
 }
 
+// freePort is a TCP port on 127.0.0.1 for a node to listen on later.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testnet.FreePort("tcp")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // TestE2EPyTorchMergingBeatsAlone: 3 PyTorch trainers, each on its own
