@@ -965,10 +965,7 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 				bad = fmt.Errorf("%w: scattered [%d, +%d) from %s, expected from %d within [%d, %d)", ErrProtocol, off, cnt, m.from, nextScatter[j], lo, hi)
 				break
 			}
-			dst := own[off-lo : off-lo+cnt]
-			for i, v := range m.data {
-				dst[i] += v
-			}
+			addTo(own[off-lo:off-lo+cnt], m.data)
 			nextScatter[j] += cnt
 			scatterLeft -= cnt
 			if scatterLeft == 0 {
