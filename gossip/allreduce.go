@@ -178,10 +178,12 @@ type AllReduceConfig struct {
 	// has started it, and how long opening a stream may take. Default 10s.
 	ChunkTimeout time.Duration
 	// AheadWait is how long a peer's message for a reduction we have not
-	// started may wait for it (the peer's stream is not read meanwhile);
-	// then it is dropped, with the rest of that reduction (our own would
-	// have ended first, or never starts: the peer then gives up its own).
-	// Default 30s.
+	// started may wait for it; then it is dropped, with the rest of that
+	// reduction (our own would have ended first, or never starts: the
+	// peer then gives up its own). Such messages are parked, and the
+	// peer's stream read on, up to 1 MiB of payload from a peer and 8 MiB
+	// in all; past that a message waits in its reader (the peer's stream
+	// is not read meanwhile). Default 30s.
 	AheadWait time.Duration
 	// MaxMembers caps a reduction's member list. Default 64.
 	MaxMembers int
@@ -336,13 +338,17 @@ type reduceOp struct {
 	// and its gather, delivered or not): a member with fewer than two
 	// may still wait on us.
 	sent []atomic.Int32
+	// pre holds the messages parked for this reduction before it
+	// started, in the order read: run takes them before op.in, which
+	// carries only messages read later.
+	pre []reduceMsg
 }
 
 // AllReducer runs all-reduces among the members of a group, one at a time.
 //
-// Ownership: mu guards cur, ended, settled, abandoned, changed, closed and
-// the inbound and outbound stream tables. The goroutine inside AllReduce
-// owns its buffer and the sums; each inbound stream has one reader
+// Ownership: mu guards cur, ended, settled, abandoned, changed, closed,
+// the parked messages and the inbound and outbound stream tables. The
+// goroutine inside AllReduce owns its buffer and the sums; each inbound stream has one reader
 // goroutine, which hands checked messages to the current reduction through
 // its channel; an outbound stream is written by one sender at a time (its
 // link's mutex).
@@ -371,11 +377,36 @@ type AllReducer struct {
 	links     map[peer.ID]*reduceLink
 	broken    map[peer.ID]error // peers whose stream to us failed, until they open another
 	left      []leftNote        // members that left a reduction before we started it
+	parked    []parkedMsg       // messages for reductions we have not started, oldest first
+	parkTimer *time.Timer       // drops parked messages AheadWait after they came; nil if none
 
 	notifiee network.Notifiee // tells the reduction in progress a member is gone
 
 	reductions, failures, abandons atomic.Uint64
 }
+
+// parkedMsg is a message for a reduction we had not started, read from st
+// and kept until the reduction starts, ends or is given up (until).
+type parkedMsg struct {
+	m     reduceMsg
+	st    network.Stream
+	until time.Time
+}
+
+// Parking bounds, in payload elements; a message costs its payload and at
+// least parkMinCost, so a peer has at most 64 messages parked. A message
+// that does not fit waits in its reader instead.
+const (
+	// maxParkedPerPeer: one peer's share of a reduction of the default
+	// model (its scatter to us, a segment) fits several times over.
+	maxParkedPerPeer = DefaultReduceChunk
+	// maxParked: 8 peers' worth, 8 MiB of float32s in all.
+	maxParked   = 8 * maxParkedPerPeer
+	parkMinCost = maxParkedPerPeer / 64
+)
+
+// parkCost is what m counts against the parking bounds.
+func parkCost(m reduceMsg) int { return max(len(m.data), parkMinCost) }
 
 // leftNote is a "left" message for a reduction we had not started.
 type leftNote struct {
@@ -449,6 +480,7 @@ func (a *AllReducer) Abandon(id ReduceID) {
 	}
 	if !slices.Contains(a.ended, id) && !slices.Contains(a.abandoned, id) {
 		a.abandoned = appendBounded(a.abandoned, id)
+		a.sweep(time.Now())
 	}
 }
 
@@ -461,6 +493,7 @@ func (a *AllReducer) Settle(id ReduceID) {
 	defer a.mu.Unlock()
 	if !slices.Contains(a.settled, id) {
 		a.settled = appendBounded(a.settled, id)
+		a.sweep(time.Now())
 		close(a.changed)
 		a.changed = make(chan struct{})
 	}
@@ -502,6 +535,14 @@ func (a *AllReducer) Close() error {
 	a.closed = true
 	a.h.RemoveStreamHandler(AllReduceProtocolID)
 	a.cancel()
+	if a.parkTimer != nil {
+		a.parkTimer.Stop()
+		a.parkTimer = nil
+	}
+	for _, pm := range a.parked {
+		a.free(pm.m.data)
+	}
+	a.parked = nil
 	for _, st := range a.inbound {
 		_ = st.Reset()
 	}
@@ -567,6 +608,7 @@ func (a *AllReducer) accept(st network.Stream) {
 	}
 	if old := a.inbound[p]; old != nil {
 		_ = old.Reset()
+		a.unparkStream(old)
 	}
 	a.inbound[p] = st
 	delete(a.broken, p)
@@ -684,19 +726,28 @@ var errSuperseded = errors.New("gossip: all-reduce stream superseded")
 // messages.
 const maxEnded = 16
 
-// deliver hands m, read from st, to its reduction: at once if it runs,
-// after a wait if we have not started it; a message of a reduction that
-// ended is dropped.
+// deliver hands m, read from st, to its reduction: at once if it runs;
+// if we have not started it, parked while the bounds allow, so that the
+// stream goes on to the messages behind it (those of a reduction we run,
+// if the peer guessed one we never start), else after a wait; a message
+// of a reduction that ended is dropped.
 func (a *AllReducer) deliver(st network.Stream, m reduceMsg) error {
 	timer := time.NewTimer(a.cfg.AheadWait)
 	defer timer.Stop()
 	for {
 		a.mu.Lock()
 		op, changed := a.cur, a.changed
-		ended := slices.Contains(a.ended, m.h.id) || slices.Contains(a.abandoned, m.h.id) || a.unsettled(m.h.id)
+		ended := a.over(m.h.id)
 		superseded := a.inbound[m.from] != st
+		// A left message follows the peer's parked messages of its
+		// reduction, if any: they may hold all we need from it.
+		behind := m.h.kind == reduceLeft && a.hasParked(m.from, m.h.id)
+		parked := !superseded && !ended && (op == nil || op.id != m.h.id) &&
+			(m.h.kind != reduceLeft || behind) && a.park(st, m)
 		a.mu.Unlock()
 		switch {
+		case parked:
+			return nil
 		case superseded:
 			a.free(m.data)
 			return errSuperseded
@@ -717,7 +768,7 @@ func (a *AllReducer) deliver(st network.Stream, m reduceMsg) error {
 			// list's for a round we know the members of.
 			a.free(m.data)
 			return nil
-		case m.h.kind == reduceLeft:
+		case m.h.kind == reduceLeft && !behind:
 			// Noted for when we start it, without holding up the stream.
 			a.mu.Lock()
 			a.left = append(a.left, leftNote{id: m.h.id, from: m.from})
@@ -735,9 +786,7 @@ func (a *AllReducer) deliver(st network.Stream, m reduceMsg) error {
 			// the group. Dropped, and so is the rest of that reduction.
 			a.free(m.data)
 			a.mu.Lock()
-			if !slices.Contains(a.ended, m.h.id) {
-				a.ended = appendBounded(a.ended, m.h.id)
-			}
+			a.expire(m.h.id)
 			a.mu.Unlock()
 			a.log.Debug("all-reduce message for a reduction we did not start, dropped", "peer", m.from, "round", m.h.id.Round)
 			return nil
@@ -745,6 +794,124 @@ func (a *AllReducer) deliver(st network.Stream, m reduceMsg) error {
 			return a.ctx.Err()
 		}
 	}
+}
+
+// over reports whether reduction id ended, was abandoned, or names a
+// member list other than its round's. a.mu held.
+func (a *AllReducer) over(id ReduceID) bool {
+	return slices.Contains(a.ended, id) || slices.Contains(a.abandoned, id) || a.unsettled(id)
+}
+
+// expire marks id ended, as a reduction we wait for no longer, and drops
+// what is parked for it. a.mu held.
+func (a *AllReducer) expire(id ReduceID) {
+	if !slices.Contains(a.ended, id) {
+		a.ended = appendBounded(a.ended, id)
+	}
+	a.sweep(time.Now())
+}
+
+// hasParked reports whether a message of p's for reduction id is parked.
+// a.mu held.
+func (a *AllReducer) hasParked(p peer.ID, id ReduceID) bool {
+	return slices.ContainsFunc(a.parked, func(pm parkedMsg) bool { return pm.m.from == p && pm.m.h.id == id })
+}
+
+// park keeps m, read from st, for a reduction not started, if it fits the
+// bounds. a.mu held.
+func (a *AllReducer) park(st network.Stream, m reduceMsg) bool {
+	a.sweep(time.Now())
+	cost := parkCost(m)
+	total, ours := cost, cost
+	for _, pm := range a.parked {
+		c := parkCost(pm.m)
+		total += c
+		if pm.m.from == m.from {
+			ours += c
+		}
+	}
+	if a.closed || total > maxParked || ours > maxParkedPerPeer {
+		return false
+	}
+	a.parked = append(a.parked, parkedMsg{m: m, st: st, until: time.Now().Add(a.cfg.AheadWait)})
+	if a.parkTimer == nil {
+		a.parkTimer = time.AfterFunc(a.cfg.AheadWait, a.sweepLater)
+	}
+	return true
+}
+
+// sweep drops the parked messages whose reduction is over, or that waited
+// AheadWait for it: then the reduction is over, as for a message that
+// waited in its reader. a.mu held.
+func (a *AllReducer) sweep(now time.Time) {
+	keep := a.parked[:0]
+	for _, pm := range a.parked {
+		switch {
+		case a.over(pm.m.h.id):
+			a.free(pm.m.data)
+		case !now.Before(pm.until):
+			a.free(pm.m.data)
+			if !slices.Contains(a.ended, pm.m.h.id) {
+				a.ended = appendBounded(a.ended, pm.m.h.id)
+			}
+			a.log.Debug("all-reduce message for a reduction we did not start, dropped", "peer", pm.m.from, "round", pm.m.h.id.Round)
+		default:
+			keep = append(keep, pm)
+		}
+	}
+	clear(a.parked[len(keep):])
+	a.parked = keep
+}
+
+// sweepLater is the parking timer: it sweeps, and waits for the next
+// parked message's time if any is left.
+func (a *AllReducer) sweepLater() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.parkTimer = nil
+	if a.closed {
+		return
+	}
+	now := time.Now()
+	a.sweep(now)
+	if len(a.parked) > 0 {
+		a.parkTimer = time.AfterFunc(a.parked[0].until.Sub(now), a.sweepLater)
+	}
+}
+
+// unpark hands the messages parked for op to it, and drops those of a
+// stream that was replaced or of a peer outside its members. a.mu held,
+// op just made current.
+func (a *AllReducer) unpark(op *reduceOp) {
+	keep := a.parked[:0]
+	for _, pm := range a.parked {
+		switch {
+		case pm.m.h.id != op.id:
+			keep = append(keep, pm)
+		case !slices.Contains(op.members, pm.m.from):
+			a.free(pm.m.data)
+			a.rj.reject(pm.m.from, fmt.Errorf("%w: all-reduce message from a peer outside round %d", ErrProtocol, op.id.Round))
+		default:
+			op.pre = append(op.pre, pm.m)
+		}
+	}
+	clear(a.parked[len(keep):])
+	a.parked = keep
+}
+
+// unparkStream drops what was parked from st, which its peer replaced:
+// the new stream carries what it sends from now on. a.mu held.
+func (a *AllReducer) unparkStream(st network.Stream) {
+	keep := a.parked[:0]
+	for _, pm := range a.parked {
+		if pm.st == st {
+			a.free(pm.m.data)
+		} else {
+			keep = append(keep, pm)
+		}
+	}
+	clear(a.parked[len(keep):])
+	a.parked = keep
 }
 
 // deliverErr tells the reduction in progress that p's stream failed or
@@ -810,6 +977,7 @@ func (a *AllReducer) AllReduce(ctx context.Context, id ReduceID, members []peer.
 		return ErrAbandoned
 	}
 	a.cur = op
+	a.unpark(op)
 	close(a.changed)
 	a.changed = make(chan struct{})
 	// A member whose stream to us broke and that is no longer connected
@@ -837,8 +1005,14 @@ func (a *AllReducer) AllReduce(ctx context.Context, id ReduceID, members []peer.
 		a.cur = nil
 	}
 	a.ended = appendBounded(a.ended, id)
+	a.sweep(time.Now())
 	a.mu.Unlock()
-	// Drain what readers left in the channel.
+	// Drain what readers left in the channel, and what run did not take
+	// of what was parked.
+	for _, m := range op.pre {
+		a.free(m.data)
+	}
+	op.pre = nil
 	for drained := false; !drained; {
 		select {
 		case m := <-op.in:
@@ -928,19 +1102,23 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 	}
 	for scatterLeft > 0 || gatherLeft > 0 {
 		var m reduceMsg
-		select {
-		case m = <-op.in:
-		case err := <-sendErr:
-			return err
-		case <-op.abandon:
-			// The senders stop between messages: none is cut short, so
-			// no stream is reset under a peer that is not abandoning.
-			senders.Wait()
-			return ErrAbandoned
-		case <-ctx.Done():
-			return fmt.Errorf("%w: waiting for %d scattered and %d gathered elements: %w", ErrTimeout, scatterLeft, gatherLeft, ctx.Err())
-		case <-a.ctx.Done():
-			return ErrClosed
+		if len(op.pre) > 0 {
+			m, op.pre = op.pre[0], op.pre[1:]
+		} else {
+			select {
+			case m = <-op.in:
+			case err := <-sendErr:
+				return err
+			case <-op.abandon:
+				// The senders stop between messages: none is cut short, so
+				// no stream is reset under a peer that is not abandoning.
+				senders.Wait()
+				return ErrAbandoned
+			case <-ctx.Done():
+				return fmt.Errorf("%w: waiting for %d scattered and %d gathered elements: %w", ErrTimeout, scatterLeft, gatherLeft, ctx.Err())
+			case <-a.ctx.Done():
+				return ErrClosed
+			}
 		}
 		j := slices.Index(op.members, m.from)
 		switch {
