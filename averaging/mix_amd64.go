@@ -24,3 +24,22 @@ func mixVec(dst, src []float32, a float32) int {
 //
 //go:noescape
 func mixAVX(dst, src *float32, n int, a float32)
+
+// subVec sets dst = a - b on the longest prefix of a multiple of 8 values
+// with the AVX loop, if in use, and returns its length. len(a) and len(b)
+// >= len(dst).
+func subVec(dst, a, b []float32) int {
+	n := len(dst) &^ 7
+	if !useMixAVX || n == 0 {
+		return 0
+	}
+	_, _ = a[n-1], b[n-1] // the assembly trusts its pointers
+	subAVX(&dst[0], &a[0], &b[0], n)
+	return n
+}
+
+// subAVX sets dst[i] = a[i] - b[i] for n values, n a positive multiple of
+// 8; dst may be a or b.
+//
+//go:noescape
+func subAVX(dst, a, b *float32, n int)

@@ -25,3 +25,24 @@ loop:
 	JNZ loop
 	VZEROUPPER
 	RET
+
+// func subAVX(dst, a, b *float32, n int)
+// dst = a - b for n values (n a positive multiple of 8), in float32; dst
+// may be a or b.
+TEXT ·subAVX(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DX
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+subloop:
+	VMOVUPS (SI), Y0
+	VSUBPS (DX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ subloop
+	VZEROUPPER
+	RET

@@ -4,3 +4,6 @@ package averaging
 
 // mixVec: no vector loop here; mixScalar does every value.
 func mixVec(dst, src []float32, a float32) int { return 0 }
+
+// subVec: no vector loop here; subScalar does every value.
+func subVec(dst, a, b []float32) int { return 0 }

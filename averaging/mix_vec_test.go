@@ -40,3 +40,62 @@ func BenchmarkMixScalar(b *testing.B) {
 		mixScalar(dst, src, 0.5)
 	}
 }
+
+// TestSubMatchesScalar: Sub (the vector loop where there is one, the
+// scalar loop for the tail) gives subScalar's bits for every length around
+// the vector width, into a third slice and in place over either operand,
+// on normal, subnormal, signed zero and infinite values.
+func TestSubMatchesScalar(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	special := []float32{0, float32(math.Copysign(0, -1)), 1e-40, -3e-39, math.MaxFloat32, -math.MaxFloat32,
+		float32(math.Inf(1)), float32(math.Inf(-1))}
+	val := func() float32 {
+		if r.IntN(5) == 0 {
+			return special[r.IntN(len(special))]
+		}
+		return float32(r.NormFloat64() * math.Pow(10, float64(r.IntN(7)-3)))
+	}
+	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 235146} {
+		a, b := make([]float32, n), make([]float32, n)
+		for i := range n {
+			a[i], b[i] = val(), val()
+		}
+		want := make([]float32, n)
+		subScalar(want, a, b)
+		check := func(how string, got []float32) {
+			t.Helper()
+			for i := range n {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%s, n=%d: value %d: %v - %v = %v, scalar loop %v", how, n, i, a[i], b[i], got[i], want[i])
+				}
+			}
+		}
+		dst := make([]float32, n)
+		Sub(dst, a, b)
+		check("into dst", dst)
+		ca := append([]float32(nil), a...)
+		Sub(ca, ca, b)
+		check("over a", ca)
+		cb := append([]float32(nil), b...)
+		Sub(cb, a, cb)
+		check("over b", cb)
+	}
+}
+
+// BenchmarkSub against its scalar loop, on the default model's length.
+func BenchmarkSub(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	const n = 235146 // the default model
+	x, y, dst := randVec(r, n, 1), randVec(r, n, 1), make([]float32, n)
+	for _, impl := range []struct {
+		name string
+		f    func(dst, a, b []float32)
+	}{{"vector", Sub}, {"scalar", subScalar}} {
+		b.Run(impl.name, func(b *testing.B) {
+			b.SetBytes(3 * 4 * n)
+			for b.Loop() {
+				impl.f(dst, x, y)
+			}
+		})
+	}
+}

@@ -140,10 +140,25 @@ func PseudoGradient(dst, start, theta []float32) error {
 	if len(dst) != len(start) || len(theta) != len(start) {
 		return fmt.Errorf("%w: pseudo-gradient of %d, %d and %d values", ErrLength, len(dst), len(start), len(theta))
 	}
-	for i := range dst {
-		dst[i] = start[i] - theta[i]
-	}
+	Sub(dst, start, theta)
 	return nil
+}
+
+// Sub sets dst[i] = a[i] - b[i] for every i < len(dst), in float32 (on
+// amd64 with AVX eight values per instruction, the same bits); dst may be
+// a or b. len(a) and len(b) must be at least len(dst).
+func Sub(dst, a, b []float32) {
+	a, b = a[:len(dst)], b[:len(dst)]
+	n := subVec(dst, a, b)
+	subScalar(dst[n:], a[n:], b[n:])
+}
+
+// subScalar is Sub in Go.
+func subScalar(dst, a, b []float32) {
+	a, b = a[:len(dst)], b[:len(dst)]
+	for i := range dst {
+		dst[i] = a[i] - b[i]
+	}
 }
 
 // ScaledInnerSteps is the DyLU rule (arXiv 2401.09135) for workers of

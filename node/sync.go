@@ -759,9 +759,9 @@ func (s *syncer) adopt(res gossip.SyncState, joined bool) {
 			s.unsync("")
 			return
 		}
-		for i, d := range res.Params {
-			res.Params[i] = s.state.Params[i] - d
-		}
+		// The group's model: the one the round started from less the
+		// mean update.
+		averaging.Sub(res.Params, s.state.Params, res.Params)
 	}
 	// Every change below checks what it writes before writing it, so a
 	// trainer that can skip Apply's rollback copies does (they cost a
