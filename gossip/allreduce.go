@@ -683,21 +683,25 @@ func (a *AllReducer) read(st network.Stream, p peer.ID, last **ReduceID) error {
 			continue
 		}
 		data := a.alloc(int(h.count))
+		var finite bool
 		if h.dtype == FP16 {
 			half = slices.Grow(half[:0], 2*len(data))[:2*len(data)]
 			if err := x.readFull(half); err != nil {
 				return fmt.Errorf("read all-reduce payload: %w", err)
 			}
-			decodeFP16(data, half)
+			finite = decodeFP16(data, half)
 		} else if err := x.readFull(float32Bytes(data)); err != nil {
 			return fmt.Errorf("read all-reduce payload: %w", err)
-		} else if !littleEndian {
-			b := float32Bytes(data)
-			for i := range data {
-				data[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		} else {
+			if !littleEndian {
+				b := float32Bytes(data)
+				for i := range data {
+					data[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+				}
 			}
+			finite = params.AllFinite(data)
 		}
-		if !params.AllFinite(data) {
+		if !finite {
 			return fmt.Errorf("%w: in an all-reduce message from round %d", ErrNonFinite, h.id.Round)
 		}
 		if err := a.deliver(st, reduceMsg{from: p, h: h, data: data}); err != nil {

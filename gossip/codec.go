@@ -497,8 +497,10 @@ func (d FrameReader) ReadFrame(r io.Reader) (params.Snapshot, error) {
 				}
 			}
 		case FP16:
+			// Checked as it is decoded.
 			dst = out[off/2 : end/2]
-			decodeFP16(dst, p)
+			finite = decodeFP16(dst, p) && finite
+			continue
 		case INT8:
 			dst = q8.decode(out, p)
 		}

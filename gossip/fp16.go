@@ -131,29 +131,35 @@ var fp16Table = sync.OnceValue(func() *[1 << 16]float32 {
 
 // decodeFP16 widens little-endian binary16 src into dst (with F16C on
 // amd64, eight values per instruction; every finite value is exact either
-// way, and a NaN stays a NaN).
-func decodeFP16(dst []float32, src []byte) {
+// way, and a NaN stays a NaN) and reports whether every value is finite,
+// so that a receiver need not scan dst again.
+func decodeFP16(dst []float32, src []byte) (finite bool) {
 	if len(dst) == 0 {
-		return
+		return true
 	}
 	_ = src[2*len(dst)-1]
+	finite = true
 	if n := len(dst) &^ 7; n > 0 && useF16C {
-		decodeF16C(dst[:n], src[:2*n])
+		finite = decodeF16C(dst[:n], src[:2*n])
 		dst, src = dst[n:], src[2*n:]
 	}
-	decodeFP16Go(dst, src)
+	return decodeFP16Go(dst, src) && finite
 }
 
 // decodeFP16Go is decodeFP16 by table lookup, in portable Go.
-func decodeFP16Go(dst []float32, src []byte) {
+func decodeFP16Go(dst []float32, src []byte) (finite bool) {
 	if len(dst) == 0 {
-		return
+		return true
 	}
 	_ = src[2*len(dst)-1]
 	t := fp16Table()
+	inf := false // some exponent is all ones: ±Inf or NaN
 	for i := range dst {
-		dst[i] = t[uint16(src[2*i])|uint16(src[2*i+1])<<8]
+		h := uint16(src[2*i]) | uint16(src[2*i+1])<<8
+		dst[i] = t[h]
+		inf = inf || h&0x7c00 == 0x7c00
 	}
+	return !inf
 }
 
 // roundFP16 rounds every value of v to the nearest fp16 value in place, as

@@ -14,7 +14,8 @@ var useF16C = cpu.X86.HasF16C && cpu.X86.HasAVX
 //go:noescape
 func encodeF16C(dst []byte, src []float32) (inf bool)
 
-// decodeF16C widens binary16 src into dst (a multiple of 8 values).
+// decodeF16C widens binary16 src into dst (a multiple of 8 values) and
+// reports whether every value is finite.
 //
 //go:noescape
-func decodeF16C(dst []float32, src []byte)
+func decodeF16C(dst []float32, src []byte) (finite bool)
