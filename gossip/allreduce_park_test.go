@@ -3,6 +3,7 @@ package gossip
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +11,16 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
+
+// noRejections checks that who counted no rejection.
+func noRejections(t *testing.T, who string, c *Counters) {
+	t.Helper()
+	for r, k := range c.Snapshot().Rejected {
+		if k != 0 {
+			t.Errorf("%s counted %d as %v", who, k, r)
+		}
+	}
+}
 
 // parkedFrom is what a holds parked from p: messages and payload elements.
 func parkedFrom(a *AllReducer, p peer.ID) (msgs, elems int) {
@@ -63,11 +74,7 @@ func TestAllReduceGuessNobodyRunsHoldsNothingUp(t *testing.T) {
 		t.Error("the guess's messages were dropped early")
 	}
 	for i, p := range ps {
-		for r, k := range p.r.c.Snapshot().Rejected {
-			if k != 0 {
-				t.Errorf("member %d counted %d as %v", i, k, r)
-			}
-		}
+		noRejections(t, fmt.Sprintf("member %d", i), p.r.c)
 		if s := p.r.Stats(); s.Failures != 0 || s.Reductions != 1 {
 			t.Errorf("member %d: %+v, want one reduction and no failure", i, s)
 		}
@@ -132,11 +139,7 @@ func TestAllReduceParkingIsBounded(t *testing.T) {
 		}
 		return msgs == 0
 	})
-	for r, k := range a.r.c.Snapshot().Rejected {
-		if k != 0 {
-			t.Errorf("counted %d as %v", k, r)
-		}
-	}
+	noRejections(t, "A", a.r.c)
 	if err := <-wrote; err != nil {
 		t.Fatal(err)
 	}
