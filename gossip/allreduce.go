@@ -884,9 +884,10 @@ func (a *AllReducer) sweepLater() {
 }
 
 // unpark hands the messages parked for op to it, and drops those of a
-// stream that was replaced or of a peer outside its members. a.mu held,
+// peer outside its members, which it returns: the caller rejects them
+// once it no longer holds a.mu (a rejection calls OnReject). a.mu held,
 // op just made current.
-func (a *AllReducer) unpark(op *reduceOp) {
+func (a *AllReducer) unpark(op *reduceOp) (outsiders []peer.ID) {
 	keep := a.parked[:0]
 	for _, pm := range a.parked {
 		switch {
@@ -894,13 +895,14 @@ func (a *AllReducer) unpark(op *reduceOp) {
 			keep = append(keep, pm)
 		case !slices.Contains(op.members, pm.m.from):
 			a.free(pm.m.data)
-			a.rj.reject(pm.m.from, fmt.Errorf("%w: all-reduce message from a peer outside round %d", ErrProtocol, op.id.Round))
+			outsiders = append(outsiders, pm.m.from)
 		default:
 			op.pre = append(op.pre, pm.m)
 		}
 	}
 	clear(a.parked[len(keep):])
 	a.parked = keep
+	return outsiders
 }
 
 // unparkStream drops what was parked from st, which its peer replaced:
@@ -981,7 +983,7 @@ func (a *AllReducer) AllReduce(ctx context.Context, id ReduceID, members []peer.
 		return ErrAbandoned
 	}
 	a.cur = op
-	a.unpark(op)
+	outsiders := a.unpark(op)
 	close(a.changed)
 	a.changed = make(chan struct{})
 	// A member whose stream to us broke and that is no longer connected
@@ -1000,6 +1002,9 @@ func (a *AllReducer) AllReduce(ctx context.Context, id ReduceID, members []peer.
 		}
 	}
 	a.mu.Unlock()
+	for _, p := range outsiders {
+		a.rj.reject(p, fmt.Errorf("%w: all-reduce message from %s, outside round %d", ErrProtocol, p, id.Round))
+	}
 	if err == nil {
 		err = a.run(ctx, op, me, buf)
 	}
