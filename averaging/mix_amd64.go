@@ -43,3 +43,21 @@ func subVec(dst, a, b []float32) int {
 //
 //go:noescape
 func subAVX(dst, a, b *float32, n int)
+
+// addVec adds src into dst on the longest prefix of a multiple of 8 values
+// with the AVX loop, if in use, and returns its length. len(src) >=
+// len(dst).
+func addVec(dst, src []float32) int {
+	n := len(dst) &^ 7
+	if !useMixAVX || n == 0 {
+		return 0
+	}
+	_ = src[n-1] // the assembly trusts its pointers
+	addAVX(&dst[0], &src[0], n)
+	return n
+}
+
+// addAVX sets dst[i] += src[i] for n values, n a positive multiple of 8.
+//
+//go:noescape
+func addAVX(dst, src *float32, n int)

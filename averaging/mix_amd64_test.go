@@ -15,3 +15,15 @@ func TestMixAVXUsed(t *testing.T) {
 		t.Fatalf("vector loop did %d values: %v", n, dst)
 	}
 }
+
+// TestAddAVXUsed: on a CPU with AVX the vector loop runs (so
+// TestAddMatchesScalar compares it with the scalar loop) and adds.
+func TestAddAVXUsed(t *testing.T) {
+	if !useMixAVX {
+		t.Skip("this CPU has no AVX: only the scalar loop runs")
+	}
+	dst, src := []float32{1, 1, 1, 1, 1, 1, 1, 1, 1}, []float32{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	if n := addVec(dst, src); n != 8 || dst[0] != 2 || dst[7] != 9 || dst[8] != 1 {
+		t.Fatalf("vector loop did %d values: %v", n, dst)
+	}
+}

@@ -7,3 +7,6 @@ func mixVec(dst, src []float32, a float32) int { return 0 }
 
 // subVec: no vector loop here; subScalar does every value.
 func subVec(dst, a, b []float32) int { return 0 }
+
+// addVec: no vector loop here; addScalar does every value.
+func addVec(dst, src []float32) int { return 0 }

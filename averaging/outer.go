@@ -153,6 +153,23 @@ func Sub(dst, a, b []float32) {
 	subScalar(dst[n:], a[n:], b[n:])
 }
 
+// Add sets dst[i] += src[i] for every i < len(dst), in float32 (on amd64
+// with AVX eight values per instruction, the same bits): an all-reduce's
+// summation. len(src) must be at least len(dst).
+func Add(dst, src []float32) {
+	src = src[:len(dst)]
+	n := addVec(dst, src)
+	addScalar(dst[n:], src[n:])
+}
+
+// addScalar is Add in Go.
+func addScalar(dst, src []float32) {
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] += v
+	}
+}
+
 // subScalar is Sub in Go.
 func subScalar(dst, a, b []float32) {
 	a, b = a[:len(dst)], b[:len(dst)]

@@ -69,6 +69,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 
+	"github.com/meshtrain/meshtrain/averaging"
 	"github.com/meshtrain/meshtrain/params"
 )
 
@@ -1152,7 +1153,7 @@ func (a *AllReducer) run(ctx context.Context, op *reduceOp, me int, buf []float3
 				bad = fmt.Errorf("%w: scattered [%d, +%d) from %s, expected from %d within [%d, %d)", ErrProtocol, off, cnt, m.from, nextScatter[j], lo, hi)
 				break
 			}
-			addTo(own[off-lo:off-lo+cnt], m.data)
+			averaging.Add(own[off-lo:off-lo+cnt], m.data)
 			nextScatter[j] += cnt
 			scatterLeft -= cnt
 			if scatterLeft == 0 {

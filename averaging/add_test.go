@@ -1,4 +1,4 @@
-package gossip
+package averaging
 
 import (
 	"math"
@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-// TestAddToMatchesGo: the vector summation gives Go's float32 sums bit for
-// bit, at every length and alignment (the tails and odd starts the
+// TestAddMatchesScalar: Add (the vector loop where there is one, the
+// scalar loop for the tail) gives Go's float32 sums bit for bit, at every length and alignment (the tails and odd starts the
 // all-reduce's segments have), on normal, subnormal, signed zero and
 // infinite values, and leaves what lies past dst alone.
-func TestAddToMatchesGo(t *testing.T) {
+func TestAddMatchesScalar(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	special := []float32{0, float32(math.Copysign(0, -1)), math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32,
 		1e-40, -3e-39, math.MaxFloat32, -math.MaxFloat32, float32(math.Inf(1)), float32(math.Inf(-1)), 1, -1}
@@ -28,9 +28,9 @@ func TestAddToMatchesGo(t *testing.T) {
 				dst[i], src[i] = val(), val()
 			}
 			want := append([]float32(nil), dst...)
-			addToGo(want[start:start+n], src[start:start+n])
+			addScalar(want[start:start+n], src[start:start+n])
 			got := append([]float32(nil), dst...)
-			addTo(got[start:start+n], src[start:start+n])
+			Add(got[start:start+n], src[start:start+n])
 			for i := range got {
 				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 					t.Fatalf("n %d, start %d, index %d: %v + %v = %v, Go says %v", n, start, i, dst[i], src[i], got[i], want[i])
@@ -40,31 +40,15 @@ func TestAddToMatchesGo(t *testing.T) {
 	}
 	// Both sides of an overflow: the largest finite values sum to +Inf.
 	a, b := []float32{math.MaxFloat32, 1, 2, 3, 4, 5, 6, 7}, []float32{math.MaxFloat32, 1, 1, 1, 1, 1, 1, 1}
-	addTo(a, b)
+	Add(a, b)
 	if !math.IsInf(float64(a[0]), 1) || a[7] != 8 {
 		t.Errorf("overflow: got %v", a)
 	}
 }
 
-// TestAddToPortable runs the portable path where the vector one is in use.
-func TestAddToPortable(t *testing.T) {
-	if !useAddAVX {
-		t.Skip("the portable path is the only one here")
-	}
-	useAddAVX = false
-	t.Cleanup(func() { useAddAVX = true })
-	dst, src := []float32{1, 2, 3, 4, 5, 6, 7, 8, 9}, []float32{9, 8, 7, 6, 5, 4, 3, 2, 1}
-	addTo(dst, src)
-	for i, v := range dst {
-		if v != 10 {
-			t.Fatalf("dst[%d] = %v, want 10: %v", i, v, dst)
-		}
-	}
-}
-
-// BenchmarkAddTo: one member's share of a default model's scatter (a
+// BenchmarkAdd: one member's share of a default model's scatter (a
 // quarter of 235,146 values) added in.
-func BenchmarkAddTo(b *testing.B) {
+func BenchmarkAdd(b *testing.B) {
 	const n = 235146 / 4
 	dst, src := make([]float32, n), make([]float32, n)
 	for i := range src {
@@ -73,7 +57,7 @@ func BenchmarkAddTo(b *testing.B) {
 	for _, impl := range []struct {
 		name string
 		f    func(dst, src []float32)
-	}{{"vector", addTo}, {"go", addToGo}} {
+	}{{"vector", Add}, {"scalar", addScalar}} {
 		b.Run(impl.name, func(b *testing.B) {
 			b.SetBytes(4 * n)
 			for b.Loop() {
