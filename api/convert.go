@@ -88,7 +88,7 @@ func trustFrom(t node.TrustStats) TrustStats {
 
 func runFrom(r node.RunStatus) RunStatus {
 	return RunStatus{Epochs: r.Epochs, TotalSamples: r.TotalSamples, Samples: r.Samples, OwnSamples: r.OwnSamples,
-		Fraction: r.Fraction, LR: r.LR, Schedule: r.Schedule, ClockClamped: r.ClockClamped}
+		Fraction: r.Fraction, LR: r.LR, Schedule: r.Schedule, LRScale: r.LRScale, ClockClamped: r.ClockClamped}
 }
 
 func aloneFrom(a *node.Alone) *Alone {

@@ -79,7 +79,7 @@ func newFake() *fakeSource {
 			Trust: node.TrustStats{Enabled: true, Refused: map[string]int64{"outlier": 9, "loss_jump": 1, "non_finite": 0, "ignored": 4},
 				Clipped: 3, Validated: 12, Radius: 0.42, MedianDistance: 0.21, Banned: 1, GateRefused: 2},
 			Run: node.RunStatus{Epochs: 40, TotalSamples: 2400000, Samples: 230400, OwnSamples: 76800, Fraction: 0.096,
-				LR: 0.0975, Schedule: "cosine:warmup=4%,total=2400000", ClockClamped: 1},
+				LR: 0.0975, Schedule: "cosine:warmup=4%,total=2400000", LRScale: 1.5, ClockClamped: 1},
 		},
 		peers: []node.PeerStatus{
 			{PeerID: otherPeer, Addrs: []string{"/ip4/127.0.0.1/tcp/4002/p2p/" + otherPeer}, Mode: "gossip", Step: 1100,

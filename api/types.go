@@ -158,6 +158,7 @@ type RunStatus struct {
 	Fraction     float64 `json:"fraction"`
 	LR           float64 `json:"lr"`
 	Schedule     string  `json:"schedule"`
+	LRScale      float64 `json:"lr_scale"` // the --lr-scaling factor in lr
 	ClockClamped int64   `json:"clock_clamped"`
 }
 

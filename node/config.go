@@ -90,8 +90,8 @@ type Config struct {
 	// than this many samples of progress, pull its model instead of
 	// merging (a late joiner or a node restarted far behind). 0 disables.
 	CatchUp float64
-	// LRScaling: whether gossip scales the learning rate by the node's
-	// speed (lrscale.go).
+	// LRScaling: whether gossip scales the learning rate by how often the
+	// node merges (the default) or by its speed (lrscale.go).
 	LRScaling LRScaling
 	// MaxUpload caps the bytes/s this node sends (0: no cap).
 	MaxUpload int
@@ -195,6 +195,8 @@ const (
 	// DefaultLR is the base learning rate of a node (batch 64). With the
 	// models kept close by frequent merges, 0.1 brought every node to 97%
 	// with fewer samples than 0.05 and as few as 0.15 (docs/benchmarks.md).
+	// A gossip node scales it by how often it merges (LRScalingMerges, the
+	// default): up to 0.2 with a merge every few steps.
 	DefaultLR = 0.1
 	// DefaultSchedule is the learning-rate schedule over a node's run:
 	// cosine decay after a warmup of 0.4% of the run (9,600 samples of the
@@ -231,7 +233,7 @@ func DefaultConfig() Config {
 		ExchangeTimeout: 30 * time.Second,
 		Merger:          averaging.DefaultMerger(),
 		CatchUp:         60000,
-		LRScaling:       LRScalingNone,
+		LRScaling:       LRScalingMerges,
 		Trust:           DefaultTrustConfig(),
 		SyncTimeout:     10 * time.Second,
 		InnerSteps:      DefaultInnerSteps,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"strconv"
 	"sync"
@@ -117,6 +118,10 @@ type trainLoop struct {
 	startSamp  int64
 	lossEMA    float64
 	steps      int
+	// lrScale is the --lr-scaling factor (float64 bits) handed to the
+	// trainer last: the loop applies the watcher's factor between steps,
+	// so that the factor the status shows is the one the step used.
+	lrScale uint64
 
 	// slowMo is gossip's slow momentum: nil unless in gossip mode, with
 	// the built-in trainer and OuterEvery > 0.
@@ -146,6 +151,7 @@ func (l *trainLoop) run(ctx context.Context) (string, error) {
 			return reason, nil
 		}
 		t.SetClock(clock)
+		l.applyLRScale()
 		stats, err := t.Step(ctx)
 		if ctx.Err() != nil {
 			return StopInterrupted, nil
@@ -161,7 +167,7 @@ func (l *trainLoop) run(ctx context.Context) (string, error) {
 			continue
 		}
 		l.own += float64(stats.Batch)
-		setF64(&n.rep.lastLR, stats.LR)
+		n.rep.setLR(stats.LR, math.Float64frombits(l.lrScale))
 		if n.sync != nil {
 			// Sync mode: the group's average replaces our step's result
 			// before the next step; all of it is the trainer waiting on

@@ -16,13 +16,34 @@ import (
 // it, through atomics and the history's lock; the status, announcements and
 // events read it. Its goroutines (evaluator, historian) own nothing else.
 type reporter struct {
-	lastLoss, lastAcc, lastLR atomic.Uint64 // float64 bits
-	lastCkpt                  atomic.Pointer[store.Info]
-	reached                   atomic.Pointer[params.Snapshot] // the snapshot that reached --until-accuracy
+	lastLoss, lastAcc atomic.Uint64 // float64 bits
+	// lastLR is the latest step's rate and the --lr-scaling factor in it
+	// (0: none), read together.
+	lrMu                sync.Mutex
+	lastLR, lastLRScale float64
+	lastCkpt            atomic.Pointer[store.Info]
+	reached             atomic.Pointer[params.Snapshot] // the snapshot that reached --until-accuracy
 
 	histMu sync.Mutex
 	hist   []store.Point
 	histQ  chan store.Point
+}
+
+// setLR records a step's rate and the --lr-scaling factor in it (0: none).
+func (r *reporter) setLR(lr, scale float64) {
+	r.lrMu.Lock()
+	r.lastLR, r.lastLRScale = lr, scale
+	r.lrMu.Unlock()
+}
+
+// lr is the latest step's rate and the factor in it (1 without one).
+func (r *reporter) lr() (lr, scale float64) {
+	r.lrMu.Lock()
+	defer r.lrMu.Unlock()
+	if r.lastLRScale > 0 {
+		return r.lastLR, r.lastLRScale
+	}
+	return r.lastLR, 1
 }
 
 func newReporter() *reporter { return &reporter{histQ: make(chan store.Point, 16)} }

@@ -64,10 +64,10 @@ func TestRunBelongsToTheSwarm(t *testing.T) {
 	// at the run's end both rates are near zero and would match anyway.
 	eventually(t, time.Minute, "the joiner's learning rate to match the swarm's before the run's last tenth", func() bool {
 		sc, sa = c.Status(), a.Status()
-		return sc.Run.LR > 0 && math.Abs(sc.Run.LR-sa.Run.LR) <= 0.05*cfg.Train.LR && sa.Run.Fraction < 0.9
+		return sc.Run.LR > 0 && math.Abs(scheduledLR(sc)-scheduledLR(sa)) <= 0.05*cfg.Train.LR && sa.Run.Fraction < 0.9
 	})
-	t.Logf("joiner at clock %.0f (swarm %.0f, %.0f%% of the run), lr %.4g (swarm %.4g)", sc.Run.Samples, sa.Run.Samples,
-		100*sa.Run.Fraction, sc.Run.LR, sa.Run.LR)
+	t.Logf("joiner at clock %.0f (swarm %.0f, %.0f%% of the run), lr %.4g x %.3g (swarm %.4g x %.3g)", sc.Run.Samples, sa.Run.Samples,
+		100*sa.Run.Fraction, scheduledLR(sc), sc.Run.LRScale, scheduledLR(sa), sa.Run.LRScale)
 	ra, rb, rc := a.wait(t), b.wait(t), c.wait(t)
 	for name, r := range map[string]*node.Result{"a": ra, "b": rb, "c": rc} {
 		if !r.Finished || r.StopReason != node.StopRunComplete {
@@ -89,6 +89,16 @@ func TestRunBelongsToTheSwarm(t *testing.T) {
 	if own < 0.9*total || own > 1.3*total {
 		t.Errorf("the nodes processed %.0f samples between them for a run of %.0f", own, total)
 	}
+}
+
+// scheduledLR is a node's latest rate before its --lr-scaling factor (each
+// node scales its own by how often it merges): the schedule's rate at its
+// run clock.
+func scheduledLR(st node.Status) float64 {
+	if st.Run.LRScale <= 0 {
+		return st.Run.LR
+	}
+	return st.Run.LR / st.Run.LRScale
 }
 
 // TestRestartedNodeResumesTheRunClock: a node stopped mid-run and started

@@ -119,9 +119,12 @@ type RunStatus struct {
 	// Fraction is Samples / TotalSamples, at most 1 (0 with no end).
 	Fraction float64 `json:"fraction"`
 	// LR is the learning rate of the latest step (the schedule at the run
-	// clock), Schedule the schedule.
+	// clock, times LRScale), Schedule the schedule.
 	LR       float64 `json:"lr"`
 	Schedule string  `json:"schedule"`
+	// LRScale is the factor --lr-scaling applied to that step's rate (1
+	// without one).
+	LRScale float64 `json:"lr_scale"`
 	// ClockClamped counts peer announcements whose sample count was
 	// clamped as implausible.
 	ClockClamped int64 `json:"clock_clamped"`
@@ -181,8 +184,9 @@ func (n *Node) Status() Status {
 		}
 	}
 	st.Run = RunStatus{Epochs: n.cfg.Epochs, TotalSamples: n.runTotal, OwnSamples: float64(s.Samples),
-		Samples: n.runPosition(time.Now(), float64(s.Samples)), LR: f64(&n.rep.lastLR), Schedule: s.Schedule,
+		Samples: n.runPosition(time.Now(), float64(s.Samples)), Schedule: s.Schedule,
 		ClockClamped: n.clock.clampedTotal()}
+	st.Run.LR, st.Run.LRScale = n.rep.lr()
 	if n.runTotal > 0 {
 		st.Run.Fraction = min(1, st.Run.Samples/n.runTotal)
 	}

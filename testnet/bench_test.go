@@ -723,7 +723,8 @@ func TestCurveIsTheMedianOverSeeds(t *testing.T) {
 // gossipFlags are the training and gossip flags a node takes its defaults
 // for (node.DefaultConfig): a default benchmark must pass none to gossip.
 var gossipFlags = []string{"--avg-interval", "--alpha", "--staleness", "--wire-dtype", "--announce-interval", "--lr",
-	"--schedule", "--epochs", "--mode", "--model", "--batch", "--dataset", "--momentum", "--weight-decay", "--ema", "--ema-peers"}
+	"--schedule", "--epochs", "--mode", "--model", "--batch", "--dataset", "--momentum", "--weight-decay", "--ema", "--ema-peers",
+	"--lr-scaling"}
 
 func TestDefaultBenchRunsGossipWithTheNodeDefaults(t *testing.T) {
 	c := DefaultBenchConfig()
