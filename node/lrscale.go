@@ -10,15 +10,16 @@ import (
 // by how often it merges (the default), by its speed, or not at all.
 //
 // Merges (LRScalingMerges): a node multiplies its learning rate by
-// sqrt(mergeScaleRef / H), within [1, mergeScaleMax], where H is the local
-// steps it takes per merge (a moving average over the last seconds). With
+// sqrt(merge.LRScaleRef / H), within [1, merge.LRScaleMax], where H is the
+// local steps it takes per merge (merge.MergeRate: moving averages over
+// the last seconds). With
 // merges every few steps the four models of the reference profile stay
 // close and the swarm's average model moves like one model taking every
 // node's steps, so it takes the rate a synchronous run of the same batches
 // wants: twice the configured one, the rate sync mode is tuned to. With
 // rarer merges the models drift apart between merges by about lr^2 * H
 // (each step's noise adds up), so the rate falls as 1/sqrt(H), back to
-// the configured rate at mergeScaleRef steps a merge. Measured on the
+// the configured rate at merge.LRScaleRef steps a merge. Measured on the
 // reference profile (docs/benchmarks.md, the learning rate that follows
 // the merges): lr 0.2 brought every node to 97% sooner than 0.1 on
 // loopback (11 steps a merge on a fast node), later on the emulated WAN
@@ -44,14 +45,6 @@ const (
 	LRScalingNone   LRScaling = "none"
 	LRScalingSpeed  LRScaling = "speed"
 	LRScalingMerges LRScaling = "merges"
-)
-
-// The merge scaling's bounds: the factor is 1 at mergeScaleRef local steps
-// a merge or more (and before the first merges), mergeScaleMax at
-// mergeScaleRef/mergeScaleMax^2 steps or fewer.
-const (
-	mergeScaleRef = 48.0
-	mergeScaleMax = 2.0
 )
 
 // maxSpeedScale bounds the factor speed scaling applies, both ways: a node
@@ -93,47 +86,6 @@ func speedScale(own float64, rates []float64) float64 {
 	return min(max(m/own, 1/maxSpeedScale), maxSpeedScale)
 }
 
-// mergeRate follows a node's local steps per merge, as moving averages of
-// the steps and the merges between two of the watcher's ticks.
-type mergeRate struct {
-	started       bool
-	steps, merges int64   // the totals at the last tick
-	ds, dm        float64 // moving averages of their increments
-}
-
-// mergeRateKeep is the weight of the past in the moving averages, per tick
-// of the watcher (clockEvery): about 1.5 s of memory at 0.5 s a tick.
-const mergeRateKeep = 0.7
-
-// observe takes the totals of steps and merges at a tick and returns the
-// learning-rate factor they call for.
-func (r *mergeRate) observe(steps, merges int64) float64 {
-	if !r.started || steps < r.steps || merges < r.merges {
-		// The first tick, or counters that went back (a restored
-		// checkpoint): start over from here.
-		*r = mergeRate{started: true, steps: steps, merges: merges}
-		return 1
-	}
-	r.ds = mergeRateKeep*r.ds + (1-mergeRateKeep)*float64(steps-r.steps)
-	r.dm = mergeRateKeep*r.dm + (1-mergeRateKeep)*float64(merges-r.merges)
-	r.steps, r.merges = steps, merges
-	return mergeScale(r.ds, r.dm)
-}
-
-// mergeScale is the factor for steps local steps against merges merges
-// over the same time: sqrt(mergeScaleRef / H) for H = steps / merges,
-// within [1, mergeScaleMax]; 1 with no merges.
-func mergeScale(steps, merges float64) float64 {
-	if !(merges > 0) || !(steps >= 0) || math.IsInf(steps, 0) || math.IsInf(merges, 0) {
-		return 1
-	}
-	h := steps / merges
-	if h <= 0 {
-		return mergeScaleMax
-	}
-	return min(max(math.Sqrt(mergeScaleRef/h), 1), mergeScaleMax)
-}
-
 // scaleLR sets the learning-rate factor, in gossip mode, from the
 // announced rates (speed scaling) or from the node's own steps per merge
 // (merge scaling); the trainer loop hands it to the trainer before its next
@@ -153,7 +105,7 @@ func (n *Node) scaleLR(obs []clockObservation) {
 		}
 		x = speedScale(n.trainer.Stats().SamplesPerSec, rates)
 	case LRScalingMerges:
-		x = n.mergeRate.observe(n.trainer.Stats().Steps, n.Merges())
+		x = n.mergeRate.Observe(n.trainer.Stats().Steps, n.Merges())
 	default:
 		return
 	}

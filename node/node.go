@@ -85,8 +85,8 @@ type Node struct {
 	// began (after a start file), for the busy fraction.
 	runTotal    float64
 	clock       *runClock
-	mergeRate   mergeRate     // the watcher's, for LRScalingMerges
-	lrScale     atomic.Uint64 // float64 bits: the factor scaleLR set last, for the trainer loop (0: none)
+	mergeRate   merge.MergeRate // the watcher's, for LRScalingMerges
+	lrScale     atomic.Uint64   // float64 bits: the factor scaleLR set last, for the trainer loop (0: none)
 	trainStart  atomic.Pointer[time.Time]
 	busyAtStart atomic.Int64
 	// outerBusy is the time spent in gossip's slow-momentum steps: training

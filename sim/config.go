@@ -33,6 +33,15 @@ const (
 	// NodeOuterEvery is node.DefaultOuterEvery: the steps between two of
 	// gossip's slow-momentum steps.
 	NodeOuterEvery = 0
+	// NodeLRScaling is the node's default --lr-scaling.
+	NodeLRScaling = LRScalingMerges
+)
+
+// The learning-rate scalings the simulator models (the node's
+// --lr-scaling, but for speed).
+const (
+	LRScalingNone   = "none"
+	LRScalingMerges = "merges"
 )
 
 // Lifetime models. With LifetimeNone every node stays for the whole run.
@@ -149,6 +158,9 @@ type Config struct {
 	// the outer Nesterov step's rate (> 0) and momentum (in [0, 1)).
 	OuterEvery             int
 	OuterLR, OuterMomentum float64
+	// LRScaling is LRScalingMerges (each node scales its learning rate by
+	// its steps per merge, merge.MergeRate) or LRScalingNone.
+	LRScaling string
 	// CatchUp is the node's catch-up threshold in samples (>= 0, 0: off):
 	// a node that far behind the most advanced peer it knows pulls its
 	// model whole.
@@ -226,6 +238,7 @@ func DefaultConfig() Config {
 		Merger:        averaging.DefaultMerger(),
 		CatchUp:       NodeCatchUp,
 		OuterEvery:    NodeOuterEvery,
+		LRScaling:     NodeLRScaling,
 		OuterLR:       averaging.DefaultOuterLR,
 		OuterMomentum: averaging.DefaultOuterMomentum,
 		Latency:       50 * time.Millisecond,
@@ -309,6 +322,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Merger.Validate(); err != nil {
 		bad("merge rule: %v", err)
+	}
+	if c.LRScaling != LRScalingMerges && c.LRScaling != LRScalingNone {
+		bad("lr-scaling %q: want %s or %s", c.LRScaling, LRScalingMerges, LRScalingNone)
 	}
 	if c.OuterEvery < 0 || c.OuterEvery > 1<<20 {
 		bad("outer-every %d not in [0,%d]", c.OuterEvery, 1<<20)

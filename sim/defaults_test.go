@@ -28,6 +28,8 @@ func TestSimMirrorsNodeDefaults(t *testing.T) {
 		{"config catch-up", d.CatchUp, nc.CatchUp},
 		{"outer every", sim.NodeOuterEvery, node.DefaultOuterEvery},
 		{"config outer every", d.OuterEvery, nc.OuterEvery},
+		{"lr scaling", sim.NodeLRScaling, string(node.DefaultConfig().LRScaling)},
+		{"config lr scaling", d.LRScaling, string(nc.LRScaling)},
 		{"outer lr", d.OuterLR, nc.OuterLR},
 		{"outer momentum", d.OuterMomentum, nc.OuterMomentum},
 		{"batch", d.Batch, nc.Train.Batch},

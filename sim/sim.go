@@ -167,6 +167,14 @@ type node struct {
 	// slow is the node's slow momentum (nil with Config.OuterEvery 0).
 	slow  *averaging.SlowMomentum
 	steps int64
+	// merges counts the merges the node made; rate follows its steps per
+	// merge and lrScale is the factor it set at the last tick (scaleAt,
+	// every lrScaleEvery of virtual time), as the node's --lr-scaling
+	// merges does (Config.LRScaling).
+	merges  int64
+	rate    merge.MergeRate
+	lrScale float64
+	scaleAt time.Duration
 	// samples is what the node trained in all its sessions; shared the
 	// samples it had trained when the latest snapshot of its model that a
 	// peer merged was taken.
@@ -537,7 +545,7 @@ func (s *simulation) step(n *node) error {
 	if err != nil {
 		return fmt.Errorf("sim: step of node %d: %w", n.id, err)
 	}
-	lr := s.cfg.LR * s.sched.Factor(params.Progress(s.res.Samples+int64(b)))
+	lr := s.cfg.LR * s.sched.Factor(params.Progress(s.res.Samples+int64(b))) * s.lrScale(n)
 	if n.avg != nil && n.steps%train.AverageEvery == 0 {
 		_ = averaging.Mix(n.avg, n.w, 1-train.AverageDecay(s.cfg.EMA, n.avgN)) // same length, weight in [0, 1]
 		n.avgN++
@@ -555,6 +563,23 @@ func (s *simulation) step(n *node) error {
 		n.at = 0
 	}
 	return nil
+}
+
+// lrScaleEvery is the node's watcher tick, at which it sets its
+// learning-rate factor.
+const lrScaleEvery = 500 * time.Millisecond
+
+// lrScale is n's learning-rate factor for its next step: with
+// LRScalingMerges, the one merge.MergeRate gave at its latest tick.
+func (s *simulation) lrScale(n *node) float64 {
+	if s.cfg.LRScaling != LRScalingMerges {
+		return 1
+	}
+	if s.now >= n.scaleAt {
+		n.lrScale = n.rate.Observe(n.steps, n.merges)
+		n.scaleAt = s.now + lrScaleEvery
+	}
+	return max(n.lrScale, 1)
 }
 
 // slowMomentum takes the node's outer step every OuterEvery steps at the
@@ -728,6 +753,7 @@ func (s *simulation) merge(r, from *node, sn *snap) {
 		}
 	}
 	r.core.Applied(from.name, d)
+	r.merges++
 	s.res.Merges++
 	from.shared = max(from.shared, sn.samples)
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshtrain/meshtrain/merge"
 	"github.com/meshtrain/meshtrain/train"
 )
 
@@ -204,6 +205,41 @@ func TestSimDeterministic(t *testing.T) {
 	}
 }
 
+// TestSimScalesTheRateByTheMerges: with LRScalingMerges a node that
+// merges every step or two (steps of 0.5 s, merges paced by them) runs at
+// twice the configured rate, one that starts a merge every 200 steps at
+// the configured rate, and with LRScalingNone every node
+// does.
+func TestSimScalesTheRateByTheMerges(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		scaling  string
+		interval time.Duration
+		want     float64
+	}{
+		{"merges every step or two", LRScalingMerges, 0, merge.LRScaleMax},
+		{"merges every 200 steps", LRScalingMerges, 100 * time.Second, 1},
+		{"scaling off", LRScalingNone, 0, 1},
+	} {
+		cfg := small()
+		cfg.Nodes, cfg.Duration, cfg.StepSpread, cfg.Latency = 4, 300*time.Second, 0, 0
+		cfg.LRScaling = c.scaling
+		if c.interval > 0 {
+			cfg.AvgInterval = c.interval
+		}
+		s := simulate(t, cfg)
+		for _, n := range s.nodes {
+			if n.merges == 0 {
+				t.Errorf("%s: node %d never merged", c.name, n.id)
+			}
+			if got := s.lrScale(n); got != c.want {
+				t.Errorf("%s: node %d (%d steps, %d merges) scales its rate by %v, want %v",
+					c.name, n.id, n.steps, n.merges, got, c.want)
+			}
+		}
+	}
+}
+
 // alone is a trace config for nodes that train on their own: one shard of
 // every sample, steps of 0.5 s.
 func traceConfig(d time.Duration, sessions ...Session) Config {
@@ -287,6 +323,7 @@ func TestSimConfigValidate(t *testing.T) {
 		{"spread", func(c *Config) { c.StepSpread = 6 }, []string{"step spread 6"}},
 		{"slowdowns", func(c *Config) { c.Slowdowns = []float64{2, 0} }, []string{"slowdown 2 (0)"}},
 		{"interval", func(c *Config) { c.AvgInterval = 0 }, []string{"avg-interval 0s"}},
+		{"lr scaling", func(c *Config) { c.LRScaling = "speed" }, []string{`lr-scaling "speed"`}},
 		{"peers", func(c *Config) { c.Peers = -1 }, []string{"peers -1"}},
 		{"merger", func(c *Config) { c.Merger.Alpha = 2 }, []string{"merge rule"}},
 		{"catch-up", func(c *Config) { c.CatchUp = -1 }, []string{"catch-up -1"}},

@@ -72,6 +72,7 @@ func simConfig(e *env, args []string) (cfg sim.Config, out string, code int, ok 
 	momentum := fs.String("momentum-policy", d.Merger.Momentum.String(), "momentum on merge: keep, reset or mix (default: the node's)")
 	ahead := fs.String("staleness-ahead", d.Merger.Ahead.String(), "weight of a model ahead of ours: fresh or pull (default: the node's)")
 	catchUp := fs.Float64("catch-up", d.CatchUp, "pull the model of a peer ahead by more than this many samples (0: never; default: the node's)")
+	lrScaling := fs.String("lr-scaling", d.LRScaling, "merges (each node scales its learning rate by sqrt(48 / its steps per merge), within [1, 2]) or none (default: the node's)")
 	outerEvery := fs.Int("outer-every", d.OuterEvery, "local steps between two slow-momentum steps of a node (0: none; default: the node's)")
 	outerLR := fs.Float64("outer-lr", d.OuterLR, "slow momentum: outer learning rate (default: the node's)")
 	outerMomentum := fs.Float64("outer-momentum", d.OuterMomentum, "slow momentum: outer Nesterov momentum, in [0,1) (default: the node's)")
@@ -101,6 +102,7 @@ func simConfig(e *env, args []string) (cfg sim.Config, out string, code int, ok 
 	cfg.Churn.NeverReturn = *never
 	cfg.OuterEvery, cfg.OuterLR, cfg.OuterMomentum = *outerEvery, *outerLR, *outerMomentum
 	cfg.EMA, cfg.EMAPeers = *ema, *emaPeers
+	cfg.LRScaling = *lrScaling
 	cfg.Merger.Alpha = *alpha
 	var errs []error
 	if *slowdowns != "" {
