@@ -12,14 +12,14 @@ import (
 // Merges (LRScalingMerges): a node multiplies its learning rate by
 // sqrt(merge.LRScaleRef / H), within [1, merge.LRScaleMax], where H is the
 // local steps it takes per merge (merge.MergeRate: moving averages over
-// the last seconds). With
-// merges every few steps the four models of the reference profile stay
-// close and the swarm's average model moves like one model taking every
-// node's steps, so it takes the rate a synchronous run of the same batches
-// wants: twice the configured one, the rate sync mode is tuned to. With
-// rarer merges the models drift apart between merges by about lr^2 * H
-// (each step's noise adds up), so the rate falls as 1/sqrt(H), back to
-// the configured rate at merge.LRScaleRef steps a merge. Measured on the
+// the last seconds). With merges every few steps the four models of the
+// reference profile stay close and the swarm's average model moves like
+// one model taking every node's steps, so it takes the rate a synchronous
+// run of the same batches wants: twice the configured one, the rate sync
+// mode is tuned to. With rarer merges the models drift apart between
+// merges by about lr^2 * H (each step's noise adds up), so the rate falls
+// as 1/sqrt(H), back to the configured rate at merge.LRScaleRef steps a
+// merge. Measured on the
 // reference profile (docs/benchmarks.md, the learning rate that follows
 // the merges): lr 0.2 brought every node to 97% sooner than 0.1 on
 // loopback (11 steps a merge on a fast node), later on the emulated WAN

@@ -566,7 +566,8 @@ func (s *simulation) step(n *node) error {
 }
 
 // lrScaleEvery is the node's watcher tick, at which it sets its
-// learning-rate factor.
+// learning-rate factor; a simulated node ticks at its first step after
+// each (with steps longer than a tick, at every step).
 const lrScaleEvery = 500 * time.Millisecond
 
 // lrScale is n's learning-rate factor for its next step: with
