@@ -61,3 +61,33 @@ func addVec(dst, src []float32) int {
 //
 //go:noescape
 func addAVX(dst, src *float32, n int)
+
+// sumSqVec accumulates (a[i]-b[i])^2, or a[i]^2 when b is nil, into
+// s[i%16] in float64 for the longest prefix of a multiple of 16 values
+// with the AVX loop, if in use, and returns its length. len(b) >= len(a)
+// when b is not nil.
+func sumSqVec(s *[sumLanes]float64, a, b []float32) int {
+	n := len(a) &^ (sumLanes - 1)
+	if !useMixAVX || n == 0 {
+		return 0
+	}
+	if b == nil {
+		sqAVX(s, &a[0], n)
+		return n
+	}
+	_ = b[n-1] // the assembly trusts its pointers
+	diffSqAVX(s, &a[0], &b[0], n)
+	return n
+}
+
+// sqAVX adds a[i]^2 into s[i%16] for n values, n a positive multiple of
+// 16, in float64.
+//
+//go:noescape
+func sqAVX(s *[sumLanes]float64, a *float32, n int)
+
+// diffSqAVX adds (a[i]-b[i])^2 into s[i%16] for n values, n a positive
+// multiple of 16, in float64.
+//
+//go:noescape
+func diffSqAVX(s *[sumLanes]float64, a, b *float32, n int)

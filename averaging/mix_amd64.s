@@ -78,3 +78,85 @@ addone:
 adddone:
 	VZEROUPPER
 	RET
+
+// func diffSqAVX(s *[16]float64, a, b *float32, n int)
+// s[i%16] += (a[i]-b[i])^2 for n values (n a positive multiple of 16), as
+// sumSq's Go loop: each float32 widened to float64, subtracted, squared
+// and added, no fused multiply-add. Y0-Y3 hold lanes 0-3, 4-7, 8-11 and
+// 12-15.
+TEXT ·diffSqAVX(SB), NOSPLIT, $0-32
+	MOVQ s+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DX
+	MOVQ n+24(FP), CX
+	VMOVUPD 0(DI), Y0
+	VMOVUPD 32(DI), Y1
+	VMOVUPD 64(DI), Y2
+	VMOVUPD 96(DI), Y3
+	SHRQ $4, CX
+diffloop:
+	VCVTPS2PD 0(SI), Y4
+	VCVTPS2PD 0(DX), Y8
+	VCVTPS2PD 16(SI), Y5
+	VCVTPS2PD 16(DX), Y9
+	VCVTPS2PD 32(SI), Y6
+	VCVTPS2PD 32(DX), Y10
+	VCVTPS2PD 48(SI), Y7
+	VCVTPS2PD 48(DX), Y11
+	VSUBPD Y8, Y4, Y4
+	VSUBPD Y9, Y5, Y5
+	VSUBPD Y10, Y6, Y6
+	VSUBPD Y11, Y7, Y7
+	VMULPD Y4, Y4, Y4
+	VMULPD Y5, Y5, Y5
+	VMULPD Y6, Y6, Y6
+	VMULPD Y7, Y7, Y7
+	VADDPD Y4, Y0, Y0
+	VADDPD Y5, Y1, Y1
+	VADDPD Y6, Y2, Y2
+	VADDPD Y7, Y3, Y3
+	ADDQ $64, SI
+	ADDQ $64, DX
+	DECQ CX
+	JNZ diffloop
+	VMOVUPD Y0, 0(DI)
+	VMOVUPD Y1, 32(DI)
+	VMOVUPD Y2, 64(DI)
+	VMOVUPD Y3, 96(DI)
+	VZEROUPPER
+	RET
+
+// func sqAVX(s *[16]float64, a *float32, n int)
+// s[i%16] += a[i]^2 for n values (n a positive multiple of 16), as
+// sumSq's Go loop with b nil.
+TEXT ·sqAVX(SB), NOSPLIT, $0-24
+	MOVQ s+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ n+16(FP), CX
+	VMOVUPD 0(DI), Y0
+	VMOVUPD 32(DI), Y1
+	VMOVUPD 64(DI), Y2
+	VMOVUPD 96(DI), Y3
+	SHRQ $4, CX
+sqloop:
+	VCVTPS2PD 0(SI), Y4
+	VCVTPS2PD 16(SI), Y5
+	VCVTPS2PD 32(SI), Y6
+	VCVTPS2PD 48(SI), Y7
+	VMULPD Y4, Y4, Y4
+	VMULPD Y5, Y5, Y5
+	VMULPD Y6, Y6, Y6
+	VMULPD Y7, Y7, Y7
+	VADDPD Y4, Y0, Y0
+	VADDPD Y5, Y1, Y1
+	VADDPD Y6, Y2, Y2
+	VADDPD Y7, Y3, Y3
+	ADDQ $64, SI
+	DECQ CX
+	JNZ sqloop
+	VMOVUPD Y0, 0(DI)
+	VMOVUPD Y1, 32(DI)
+	VMOVUPD Y2, 64(DI)
+	VMOVUPD Y3, 96(DI)
+	VZEROUPPER
+	RET

@@ -99,3 +99,41 @@ func BenchmarkSub(b *testing.B) {
 		})
 	}
 }
+
+// TestSumSqIsTheSumOfSquares: sumSq, whichever loop runs, is the sum of
+// squares of the differences (or of the values, b nil) within float64
+// rounding, for every length around the block of 16 and slices that start
+// anywhere.
+func TestSumSqIsTheSumOfSquares(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 9))
+	for _, n := range []int{0, 1, 15, 16, 17, 33, 65, 1000, 235146} {
+		for _, off := range []int{0, 1, 3} {
+			a, b := sumSqInputs(r, n, off)
+			for _, bb := range [][]float32{b, nil} {
+				got := sumSq(a, bb)
+				var plain float64
+				for i := range a {
+					d := float64(a[i])
+					if bb != nil {
+						d -= float64(bb[i])
+					}
+					plain += d * d
+				}
+				if math.Abs(got-plain) > 1e-12*plain || (n > 0 && got == 0) {
+					t.Fatalf("n=%d off=%d b nil %v: %v, the plain sum %v", n, off, bb == nil, got, plain)
+				}
+			}
+		}
+	}
+}
+
+// sumSqInputs are n values of a (spanning nine orders of magnitude) and b,
+// each a slice starting off values into its array.
+func sumSqInputs(r *rand.Rand, n, off int) (a, b []float32) {
+	a, b = make([]float32, n+off), make([]float32, n+off)
+	for i := range a {
+		a[i] = float32(r.NormFloat64() * math.Pow(10, float64(r.IntN(9)-4)))
+		b[i] = float32(r.NormFloat64())
+	}
+	return a[off:], b[off:]
+}

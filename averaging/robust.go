@@ -22,42 +22,39 @@ func Distance(a, b []float32) (float64, error) {
 	return math.Sqrt(sumSq(a, b)), nil
 }
 
+// sumLanes is how many float64 accumulators sumSq keeps: element i of a
+// prefix of whole blocks goes to lane i%sumLanes. Sixteen lanes are four
+// AVX registers of four float64s each, enough to hide the add's latency;
+// the Go loop keeps the same lanes so that both give the same bits.
+const sumLanes = 16
+
 // sumSq returns the sum of (a[i] - b[i])^2 in float64, or of a[i]^2 when b
-// is nil. Four accumulators break the chain of dependent float64 adds,
-// which otherwise bounds the loop at one element per add latency.
+// is nil. The vector loop (sumSqVec) and the Go loop accumulate the same
+// products in the same lanes and add the lanes in the same order, so the
+// result does not depend on which ran.
 func sumSq(a, b []float32) float64 {
-	var s0, s1, s2, s3 float64
-	i := 0
+	if b != nil {
+		b = b[:len(a)]
+	}
+	var s [sumLanes]float64
+	i := sumSqVec(&s, a, b)
 	if b == nil {
-		for ; i+4 <= len(a); i += 4 {
-			x := a[i : i+4 : i+4]
-			s0 += float64(x[0]) * float64(x[0])
-			s1 += float64(x[1]) * float64(x[1])
-			s2 += float64(x[2]) * float64(x[2])
-			s3 += float64(x[3]) * float64(x[3])
-		}
 		for ; i < len(a); i++ {
-			s0 += float64(a[i]) * float64(a[i])
+			x := float64(a[i])
+			s[i%sumLanes] += float64(x * x) // no fused multiply-add
 		}
-		return (s0 + s1) + (s2 + s3)
+	} else {
+		for ; i < len(a); i++ {
+			d := float64(a[i]) - float64(b[i])
+			s[i%sumLanes] += float64(d * d)
+		}
 	}
-	b = b[:len(a)]
-	for ; i+4 <= len(a); i += 4 {
-		x, y := a[i:i+4:i+4], b[i:i+4:i+4]
-		d0 := float64(x[0]) - float64(y[0])
-		d1 := float64(x[1]) - float64(y[1])
-		d2 := float64(x[2]) - float64(y[2])
-		d3 := float64(x[3]) - float64(y[3])
-		s0 += d0 * d0
-		s1 += d1 * d1
-		s2 += d2 * d2
-		s3 += d3 * d3
+	for w := sumLanes / 2; w > 0; w /= 2 {
+		for k := range w {
+			s[k] += s[k+w]
+		}
 	}
-	for ; i < len(a); i++ {
-		d := float64(a[i]) - float64(b[i])
-		s0 += d * d
-	}
-	return (s0 + s1) + (s2 + s3)
+	return s[0]
 }
 
 // ClipDelta limits how far a remote model may pull the local one: it writes
