@@ -36,7 +36,8 @@ type Dataset struct {
 const PixScale = 255
 
 // pixFloat maps a byte of Pix to its feature. A table lookup costs less than
-// the division and gives the same bits, since it is that division.
+// a scalar division and gives the same bits, since it is that division; the
+// AVX2 loop divides eight at a time instead, which beats the table.
 var pixFloat = func() (t [256]float32) {
 	for b := range t {
 		t[b] = float32(b) / PixScale
@@ -105,10 +106,20 @@ func (d *Dataset) RowsTo(dst []float32, lo, hi int) []float32 {
 	return dst[:len(pix)]
 }
 
-// scalePix writes the features of pix into dst[:len(pix)]. Slicing dst to
-// pix's length first lets the compiler drop the bounds check in the loop
-// (a third of the time of a row).
+// scalePix writes the features of pix into dst[:len(pix)]: the vector loop,
+// where there is one, does the longest prefix of a multiple of 8 (about 1.6
+// times as fast as the table, bound by the divider), and scalePixGo the
+// rest. Both give pixFloat's bits.
 func scalePix(dst []float32, pix []uint8) {
+	dst = dst[:len(pix)]
+	n := pixVec(dst, pix)
+	scalePixGo(dst[n:], pix[n:])
+}
+
+// scalePixGo is scalePix with the table alone. Slicing dst to pix's length
+// first lets the compiler drop the bounds check in the loop (a third of the
+// time of a row).
+func scalePixGo(dst []float32, pix []uint8) {
 	dst = dst[:len(pix)]
 	for j, b := range pix {
 		dst[j] = pixFloat[b]
