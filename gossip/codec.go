@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -467,7 +468,8 @@ func (d FrameReader) ReadFrame(r io.Reader) (params.Snapshot, error) {
 	size := int(h.PayloadSize())
 	var buf []byte
 	if h.DType != FP32 || !zeroCopy {
-		buf = make([]byte, min(chunk, size))
+		buf = chunkBuf(min(chunk, size))
+		defer chunkBufs.Put(&buf)
 	}
 	var q8 *int8Decoder
 	if h.DType == INT8 {
@@ -515,6 +517,19 @@ func (d FrameReader) ReadFrame(r io.Reader) (params.Snapshot, error) {
 		return params.Snapshot{}, fmt.Errorf("%w: %w", ErrNonFinite, params.ErrNonFinite)
 	}
 	return params.Snapshot{Fingerprint: h.Fingerprint, Step: h.Step, Progress: h.Progress, Age: h.Age, Params: out}, nil
+}
+
+// chunkBufs holds the buffers ReadFrame reads a frame's chunks into
+// before decoding them (*[]byte): a chunk is up to 1 MiB, and a fresh one
+// for every frame is memory to zero and collect at every exchange.
+var chunkBufs sync.Pool
+
+// chunkBuf returns a buffer of n bytes from chunkBufs, or a fresh one.
+func chunkBuf(n int) []byte {
+	if b, ok := chunkBufs.Get().(*[]byte); ok && cap(*b) >= n {
+		return (*b)[:n]
+	}
+	return make([]byte, n)
 }
 
 func (d FrameReader) read(r io.Reader, p []byte) error {

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -530,5 +531,33 @@ func TestFrameAge(t *testing.T) {
 	hb[4] = 1
 	if _, err := ParseFrameHeader(hb[:]); !errors.Is(err, ErrBadVersion) {
 		t.Errorf("version 1 frame header: %v, want ErrBadVersion", err)
+	}
+}
+
+// TestReadFrameReusesItsChunkBuffer: reading a frame into a supplied
+// vector allocates far less than the frame's payload: the buffer its
+// chunks are read into is reused from one frame to the next (a pool,
+// which the race detector empties at random now and then, hence the
+// margin).
+func TestReadFrameReusesItsChunkBuffer(t *testing.T) {
+	s := testSnapshot(235146, 7)
+	b := encode(t, FrameWriter{DType: FP16}, s)
+	v := make([]float32, len(s.Params))
+	rd := FrameReader{Alloc: func(int) []float32 { return v }}
+	if _, err := rd.ReadFrame(bytes.NewReader(b)); err != nil {
+		t.Fatal(err)
+	}
+	const reads = 200
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range reads {
+		if _, err := rd.ReadFrame(bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	payload := uint64(2 * len(s.Params))
+	if per := (after.TotalAlloc - before.TotalAlloc) / reads; per > payload/2 {
+		t.Fatalf("%d bytes allocated per frame read, its payload is %d", per, payload)
 	}
 }

@@ -256,6 +256,9 @@ func (n *Node) startMesh(ctx context.Context) error {
 	ex.Fingerprint, ex.Elements = n.fp, n.trainer.Layout().Size()
 	ex.Counters, ex.Logger = &n.counters, n.baseLog
 	ex.OnReceive = n.avg.receive
+	// The merges keep none of the models they receive (averager.recycle);
+	// the catch-up's pulled model may become ours and is not recycled.
+	ex.Alloc = n.avg.alloc
 	n.armHooks(&ex)
 	if n.trust != nil {
 		ex.OnReject = n.onReject
