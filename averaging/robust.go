@@ -38,15 +38,31 @@ func sumSq(a, b []float32) float64 {
 	}
 	var s [sumLanes]float64
 	i := sumSqVec(&s, a, b)
+	// Whole blocks first: a block of constant length drops the bounds
+	// checks. float64(x*x) is rounded before the add: no fused
+	// multiply-add, which Go may use on some architectures.
 	if b == nil {
+		for ; i+sumLanes <= len(a); i += sumLanes {
+			for k, v := range a[i : i+sumLanes : i+sumLanes] {
+				x := float64(v)
+				s[k] += float64(x * x)
+			}
+		}
 		for ; i < len(a); i++ {
 			x := float64(a[i])
-			s[i%sumLanes] += float64(x * x) // no fused multiply-add
+			s[i&(sumLanes-1)] += float64(x * x)
 		}
 	} else {
+		for ; i+sumLanes <= len(a); i += sumLanes {
+			y := b[i : i+sumLanes : i+sumLanes]
+			for k, v := range a[i : i+sumLanes : i+sumLanes] {
+				d := float64(v) - float64(y[k])
+				s[k] += float64(d * d)
+			}
+		}
 		for ; i < len(a); i++ {
 			d := float64(a[i]) - float64(b[i])
-			s[i%sumLanes] += float64(d * d)
+			s[i&(sumLanes-1)] += float64(d * d)
 		}
 	}
 	for w := sumLanes / 2; w > 0; w /= 2 {
