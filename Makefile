@@ -67,9 +67,16 @@ testnet-down:
 # `build` made and the test binary of `build-testhooks`.
 test: test-unit test-python test-e2e
 
+# test-unit's last two commands: the vector loops must give the Go loops'
+# bits in every build, without assembly and where Go fuses multiply-adds
+# (GOAMD64=v3, as on arm64), which needs a CPU with AVX2 and FMA to run.
 test-unit:
 	$(GO) test -race -count=1 ./...
 	$(GO) test -race -count=1 -tags testhooks -run '^($(HOOKS_TESTS))$$' $(HOOKS_PKGS)
+	$(GO) test -count=1 -tags purego ./averaging/ ./train/
+	if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then \
+		GOAMD64=v3 $(GO) test -count=1 ./averaging/ ./train/; \
+	else echo "no AVX2 and FMA here: the GOAMD64=v3 build is not tested"; fi
 
 # The Python client of the local trainer API (python/), on the standard
 # library's unittest against a fake node; the e2e tier runs it against real

@@ -73,20 +73,24 @@ func mix(dst, src []float32, a float32) {
 }
 
 // mixScalar is mix unrolled by four by hand (the compiler does not) so
-// that one bounds check and one loop branch serve four elements.
+// that one bounds check and one loop branch serve four elements. Each
+// product is rounded to float32 before the add (the explicit conversion):
+// Go fuses x*y + z into one multiply-add on arm64 and on amd64 built for
+// GOAMD64=v3, which would give other bits than the AVX loop and than a
+// build for another machine.
 func mixScalar(dst, src []float32, a float32) {
 	src = src[:len(dst)]
 	i := 0
 	for ; i+4 <= len(dst); i += 4 {
 		d := dst[i : i+4 : i+4]
 		s := src[i : i+4 : i+4]
-		d[0] += a * (s[0] - d[0])
-		d[1] += a * (s[1] - d[1])
-		d[2] += a * (s[2] - d[2])
-		d[3] += a * (s[3] - d[3])
+		d[0] += float32(a * (s[0] - d[0]))
+		d[1] += float32(a * (s[1] - d[1]))
+		d[2] += float32(a * (s[2] - d[2]))
+		d[3] += float32(a * (s[3] - d[3]))
 	}
 	for ; i < len(dst); i++ {
-		dst[i] += a * (src[i] - dst[i])
+		dst[i] += float32(a * (src[i] - dst[i]))
 	}
 }
 

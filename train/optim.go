@@ -34,9 +34,12 @@ func sgdUpdateScalar(w, mom, grad []float32, mu, wd, eta float32) {
 	w = w[:len(grad)]
 	mom = mom[:len(grad)]
 	for i, g := range grad {
-		g += wd * w[i]
-		m := mu*mom[i] + g
+		// Every product rounded before its add: no fused multiply-add,
+		// which Go uses on arm64 and for GOAMD64=v3, so that every build
+		// gives the AVX loop's bits.
+		g += float32(wd * w[i])
+		m := float32(mu*mom[i]) + g
 		mom[i] = m
-		w[i] -= eta * m
+		w[i] -= float32(eta * m)
 	}
 }
