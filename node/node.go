@@ -257,7 +257,8 @@ func (n *Node) startMesh(ctx context.Context) error {
 	ex.Counters, ex.Logger = &n.counters, n.baseLog
 	ex.OnReceive = n.avg.receive
 	// The merges keep none of the models they receive (averager.recycle);
-	// the catch-up's pulled model may become ours and is not recycled.
+	// a catch-up copies the model it pulls and leaves its vector to the
+	// collector (one vector a catch-up, which is rare).
 	ex.Alloc = n.avg.alloc
 	n.armHooks(&ex)
 	if n.trust != nil {
