@@ -22,10 +22,10 @@ func Distance(a, b []float32) (float64, error) {
 	return math.Sqrt(sumSq(a, b)), nil
 }
 
-// sumLanes is how many float64 accumulators sumSq keeps: element i of a
-// prefix of whole blocks goes to lane i%sumLanes. Sixteen lanes are four
-// AVX registers of four float64s each, enough to hide the add's latency;
-// the Go loop keeps the same lanes so that both give the same bits.
+// sumLanes is how many float64 accumulators sumSq keeps: element i goes
+// to lane i%sumLanes. Sixteen lanes are four AVX registers of four
+// float64s each, enough to hide the add's latency; the Go loop keeps the
+// same lanes so that both give the same bits.
 const sumLanes = 16
 
 // sumSq returns the sum of (a[i] - b[i])^2 in float64, or of a[i]^2 when b

@@ -438,10 +438,10 @@ type FrameReader struct {
 }
 
 // ReadFrame reads one frame and returns it as a snapshot whose Params are
-// freshly allocated, or supplied by Alloc. It refuses, before allocating, any header outside
-// the limits; verifies the checksum; and only then refuses NaN or Inf, so
-// a corrupted payload is reported as "checksum" rather than whatever the
-// corruption happens to look like.
+// freshly allocated, or supplied by Alloc. It refuses, before allocating,
+// any header outside the limits; verifies the checksum; and only then
+// refuses NaN or Inf, so a corrupted payload is reported as "checksum"
+// rather than whatever the corruption happens to look like.
 func (d FrameReader) ReadFrame(r io.Reader) (params.Snapshot, error) {
 	var hb [FrameHeaderSize]byte
 	if err := d.read(r, hb[:]); err != nil {
