@@ -1039,7 +1039,7 @@ func (b *bench) swarm(ctx context.Context, j job) (Run, error) {
 	if err := sleepCtx(ctx, c.Settle); err != nil {
 		return run, err
 	}
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), processCPU()
 	run.SetupS = t0.Sub(began).Seconds()
 	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
 		return run, err
@@ -1072,6 +1072,9 @@ func (b *bench) swarm(ctx context.Context, j job) (Run, error) {
 		return run, err
 	}
 	stoppedAll = true
+	if wall, cpu := time.Since(t0), processCPU(); cpu0 > 0 && cpu > cpu0 && wall > 0 {
+		run.BenchCores = (cpu - cpu0).Seconds() / wall.Seconds()
+	}
 	if !end.deadline {
 		run.LoadAvg = loadAvg1()
 	}

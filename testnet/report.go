@@ -288,7 +288,7 @@ func writeLink(b *strings.Builder, r *Results) {
 	var parts []string
 	var drops, lost uint64
 	strangers := 0
-	lateMax, lateMeans := 0.0, []float64{}
+	lateMax, lateMeans, cores := 0.0, []float64{}, []float64{}
 	for _, mode := range r.Settings.Modes {
 		if s := r.Summary[mode]; s != nil && s.WireBytesSentPerSample != nil {
 			parts = append(parts, fmt.Sprintf("%s %s", mode, fmtBytes(*s.WireBytesSentPerSample)))
@@ -303,6 +303,9 @@ func writeLink(b *strings.Builder, r *Results) {
 			strangers += l.Strangers
 			lateMax = max(lateMax, l.LateMaxS)
 			lateMeans = append(lateMeans, l.LateMeanS)
+			if run.BenchCores > 0 {
+				cores = append(cores, run.BenchCores)
+			}
 		}
 	}
 	if len(parts) == 0 {
@@ -310,8 +313,13 @@ func writeLink(b *strings.Builder, r *Results) {
 	}
 	fmt.Fprintf(b, "\nOn the emulated WAN: wire bytes sent per sample (median over seeds; every byte the nodes put on the network) %s. "+
 		"Over every run: %d packets dropped at full queues, %d lost at random, %d senders that were no node (want 0); "+
-		"the relay handed packets over late by %.2f ms on average (median over runs) and %.1f ms at worst.\n",
+		"the relay handed packets over late by %.2f ms on average (median over runs) and %.1f ms at worst",
 		strings.Join(parts, ", "), drops, lost, strangers, 1000*Median(lateMeans), 1000*lateMax)
+	if len(cores) > 0 {
+		fmt.Fprintf(b, ", and the benchmark process, its relay mostly, took %.2f of the machine's cores on average "+
+			"(median over runs; CPU a real network would not take from the nodes)", Median(cores))
+	}
+	b.WriteString(".\n")
 }
 
 // hasConsensus tells whether any report run recorded its consensus

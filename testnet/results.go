@@ -298,7 +298,13 @@ type Run struct {
 	// LoadAvg is the machine's 1-minute load average as the run ended:
 	// above the core count, something besides the swarm competed for CPU.
 	LoadAvg float64 `json:"load_avg"`
-	Error   string  `json:"error,omitempty"`
+	// BenchCores is the benchmark process's CPU time over the run's wall
+	// time, from the common start to the last node's end: on a WAN
+	// mostly its relay's, taken from the cores the nodes share (a real
+	// network costs them nothing); on loopback what watching the nodes
+	// costs. 0 where it could not be read.
+	BenchCores float64 `json:"bench_cores,omitempty"`
+	Error      string  `json:"error,omitempty"`
 }
 
 // RunLink is what the emulated WAN carried in a run, per node, and how
