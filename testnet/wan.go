@@ -1,7 +1,6 @@
 package testnet
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -314,7 +313,7 @@ func (m *linkModel) send(now time.Duration, p wanPacket) {
 func (m *linkModel) push(e wanEvent) {
 	m.seq++
 	e.seq = m.seq
-	heap.Push(&m.events, e)
+	m.events.push(e)
 }
 
 // next is when the earliest pending event is due (false: none).
@@ -331,7 +330,7 @@ func (m *linkModel) next() (time.Duration, bool) {
 // call changes nothing but when the caller hands the packets over.
 func (m *linkModel) due(now time.Duration, out []wanDelivery) []wanDelivery {
 	for len(m.events) > 0 && m.events[0].at <= now {
-		e := heap.Pop(&m.events).(wanEvent)
+		e := m.events.pop()
 		if e.deliver {
 			c := &m.counters[e.p.to]
 			c.RecvBytes += uint64(len(e.p.data))
@@ -359,18 +358,49 @@ type wanEvent struct {
 	p       wanPacket
 }
 
+// eventHeap is a binary min-heap of events by (at, seq), written out
+// rather than through container/heap, whose interface boxes every event
+// pushed and popped: two allocations per event, four per packet.
 type eventHeap []wanEvent
 
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, j int) bool {
+func (h eventHeap) less(i, j int) bool {
 	return h[i].at < h[j].at || h[i].at == h[j].at && h[i].seq < h[j].seq
 }
-func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(wanEvent)) }
-func (h *eventHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = wanEvent{}
-	*h = old[:len(old)-1]
+
+func (h *eventHeap) push(e wanEvent) {
+	*h = append(*h, e)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !s.less(i, parent) {
+			break
+		}
+		s[i], s[parent] = s[parent], s[i]
+		i = parent
+	}
+}
+
+// pop removes and returns the earliest event; the heap must not be empty.
+func (h *eventHeap) pop() wanEvent {
+	s := *h
+	e, last := s[0], len(s)-1
+	s[0] = s[last]
+	s[last] = wanEvent{}
+	s = s[:last]
+	for i := 0; ; {
+		least, l, r := i, 2*i+1, 2*i+2
+		if l < len(s) && s.less(l, least) {
+			least = l
+		}
+		if r < len(s) && s.less(r, least) {
+			least = r
+		}
+		if least == i {
+			break
+		}
+		s[i], s[least] = s[least], s[i]
+		i = least
+	}
+	*h = s
 	return e
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -381,12 +382,29 @@ func TestRelayDeliversFromTheSendersPublicAddress(t *testing.T) {
 }
 
 // BenchmarkWANRelay is the relay's cost per packet: 1200-byte datagrams
-// from one endpoint to another through an emulated network with no delay
-// and a rate far above what it carries, in windows of 64 in flight.
+// from one endpoint to another, in windows in flight, through an emulated
+// network with no delay and
+//   - unlimited: a rate far above what it carries (windows of 64), so
+//     the relay hands over whole bursts at once;
+//   - 100mbit: the WAN's rate (windows of 32, within the 64 KiB queue),
+//     so it hands packets over one at a time, at the link's pace, as in
+//     a run.
+//
 // b.N packets; ns/op is the wall time per packet with the sender and
-// receiver on the same machine.
+// receiver on the same machine, cpu-ns/op the process's CPU time per
+// packet (the relay's, the sender's and the receiver's).
 func BenchmarkWANRelay(b *testing.B) {
-	w, err := StartWAN(WANSpec{Rate: maxWANRate}, 1)
+	for _, bc := range []struct {
+		name   string
+		rate   float64
+		window int
+	}{{"unlimited", maxWANRate, 64}, {"100mbit", 1e8, 32}} {
+		b.Run(bc.name, func(b *testing.B) { benchRelay(b, bc.rate, bc.window) })
+	}
+}
+
+func benchRelay(b *testing.B, rate float64, window int) {
+	w, err := StartWAN(WANSpec{Rate: rate}, 1)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -410,19 +428,107 @@ func BenchmarkWANRelay(b *testing.B) {
 	msg, buf := make([]byte, 1200), make([]byte, 2048)
 	b.SetBytes(int64(len(msg)))
 	b.ResetTimer()
+	cpu0 := processCPU()
 	for sent := 0; sent < b.N; {
-		window := min(64, b.N-sent)
-		for range window {
+		n := min(window, b.N-sent)
+		for range n {
 			if _, err := a.WriteToUDPAddrPort(msg, pubC); err != nil {
 				b.Fatal(err)
 			}
 		}
 		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		for range window {
+		for range n {
 			if _, _, err := c.ReadFromUDPAddrPort(buf); err != nil {
 				b.Fatalf("after %d packets: %v", sent, err)
 			}
 		}
-		sent += window
+		sent += n
+	}
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+func TestEventHeapPopsInTimeThenSequenceOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var (
+		h    eventHeap
+		left []wanEvent // what the heap holds, kept sorted
+		seq  uint64
+	)
+	before := func(a, b wanEvent) bool { return a.at < b.at || a.at == b.at && a.seq < b.seq }
+	for i := 0; i < 4000 || len(h) > 0; i++ {
+		// Few distinct times, so ties are common and seq must break them;
+		// pushes and pops interleaved, then everything drained.
+		if i < 4000 && (len(h) == 0 || rng.IntN(3) > 0) {
+			seq++
+			e := wanEvent{at: time.Duration(rng.IntN(50)), seq: seq}
+			h.push(e)
+			at, _ := slices.BinarySearchFunc(left, e, func(x, y wanEvent) int {
+				if before(x, y) {
+					return -1
+				}
+				return 1
+			})
+			left = slices.Insert(left, at, e)
+			continue
+		}
+		got := h.pop()
+		if want := left[0]; got.at != want.at || got.seq != want.seq {
+			t.Fatalf("step %d: popped %v/%d, want the least, %v/%d", i, got.at, got.seq, want.at, want.seq)
+		}
+		left = left[1:]
+	}
+	if len(h) != 0 || len(left) != 0 {
+		t.Fatalf("%d events left in the heap, %d expected", len(h), len(left))
+	}
+}
+
+// Bursts of datagrams of every size from one byte to near UDP's largest
+// cross the relay whole and in order.
+func TestRelayCarriesABurstWholeAndInOrder(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	w, err := StartWAN(WANSpec{RTT: time.Millisecond, Rate: maxWANRate}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	a, b := udpPeer(t), udpPeer(t)
+	_ = b.SetReadBuffer(wanSocketBuffer)
+	ia, pubA, _ := w.AddEndpoint("a")
+	ib, pubB, _ := w.AddEndpoint("b")
+	if w.Attach(ia, addrOf(a)) != nil || w.Attach(ib, addrOf(b)) != nil {
+		t.Fatal("attach")
+	}
+	sizes := []int{1, 1200, 60000, 7, 1452}
+	const count = 160
+	msg := func(i int) []byte {
+		p := make([]byte, sizes[i%len(sizes)])
+		for j := range p {
+			p[j] = byte(i + j)
+		}
+		return p
+	}
+	// Windows of 8, small enough (at most about 130 kB) for any socket
+	// buffer on the way.
+	buf := make([]byte, wanMaxDatagram)
+	for start := 0; start < count; start += 8 {
+		for i := start; i < start+8; i++ {
+			if _, err := a.WriteToUDPAddrPort(msg(i), pubB); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := start; i < start+8; i++ {
+			_ = b.SetReadDeadline(time.Now().Add(10 * time.Second))
+			n, src, err := b.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				t.Fatalf("datagram %d of %d: %v", i, count, err)
+			}
+			if want := msg(i); src != pubA || string(buf[:n]) != string(want) {
+				t.Fatalf("datagram %d: %d bytes from %v, want %d bytes (the %dth sent) from %v", i, n, src, len(want), i, pubA)
+			}
+		}
+	}
+	s := w.Stats()
+	if s.WriteErrors != 0 || s.Endpoints[ia].SentPackets != count || s.Endpoints[ib].RecvPackets != count {
+		t.Errorf("stats %+v", s)
 	}
 }
