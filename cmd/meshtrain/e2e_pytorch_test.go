@@ -110,6 +110,11 @@ func runGroup(t *testing.T, ctx context.Context, dir, script string) (string, er
 	return out.String(), err
 }
 
+func head(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[:min(n, len(lines))], "\n")
+}
+
 func tail(s string, n int) string {
 	lines := strings.Split(s, "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
@@ -136,9 +141,18 @@ func TestE2EPyTorchReadme(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("want a final line from each of 2 trainers, got %v\n%s", got, out)
 	}
+	bad := false
 	for rank, r := range got {
 		if r.Merges < 1 || r.Accuracy < 0.95 || r.Stop != "run_complete" || !r.Averaged {
 			t.Errorf("trainer %d: %+v; want merges, accuracy >= 95%% of the node's average and the run complete", rank, r)
+			bad = true
+		}
+	}
+	if bad {
+		// What the nodes said about finding each other and merging.
+		for _, log := range []string{"node0.log", "node1.log"} {
+			b, _ := os.ReadFile(filepath.Join(dir, log))
+			t.Logf("%s (first and last 25 lines):\n%s\n...\n%s", log, head(string(b), 25), tail(string(b), 25))
 		}
 	}
 	for _, log := range []string{"node0.log", "node1.log"} {
