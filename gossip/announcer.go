@@ -172,6 +172,7 @@ type Announcer struct {
 	log      *slog.Logger
 	now      func() time.Time
 	pubLog   *logLimiter
+	kick     chan struct{} // Kick's request to the tick loop
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -206,6 +207,7 @@ func NewAnnouncer(h host.Host, ps *pubsub.PubSub, cfg AnnounceConfig, local Loca
 		log:      log,
 		now:      cfg.Now,
 		pubLog:   &logLimiter{every: time.Minute},
+		kick:     make(chan struct{}, 1),
 	}
 	if err := ps.RegisterTopicValidator(name, a.validate); err != nil {
 		return nil, fmt.Errorf("gossip: register validator for %s: %w", name, err)
@@ -351,34 +353,59 @@ func (a *Announcer) readLoop(ctx context.Context) {
 	}
 }
 
+// Kick asks for one announcement now, besides the schedule, which it
+// leaves as it was. A node kicks when what it announces has just changed
+// in a way its peers should not wait up to an interval to hear: when it
+// has begun to train, and its samples and rate have left zero, which the
+// peers' run clocks then begin to count. It does not wait; kicks before
+// the tick loop has taken the last one are one request. A kick adds at
+// most one announcement per interval to the two that jitter can put in a
+// receiver's window, within MaxPerInterval's default of 3.
+func (a *Announcer) Kick() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
 // tickLoop publishes at once and then every Interval(), with jitter of
 // up to a tenth either way so a swarm's announcements spread out instead
-// of bunching, and prunes the table as often.
+// of bunching, and prunes the table as often; and publishes once more at
+// each Kick.
 func (a *Announcer) tickLoop(ctx context.Context) {
 	defer a.wg.Done()
 	t := time.NewTimer(0)
 	defer t.Stop()
-	<-t.C
 	for {
-		if a.local != nil {
-			if err := a.Publish(ctx); err != nil && ctx.Err() == nil {
-				// Only a local fault makes publishing fail; say so, but
-				// not every interval.
-				if ok, n := a.pubLog.allow(ReasonNone, a.now()); ok {
-					a.log.Warn("announce failed", "err", err, "suppressed", n)
-				}
-			}
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.kick:
+			a.publishNow(ctx)
+			continue
+		case <-t.C:
 		}
+		a.publishNow(ctx)
 		a.table.prune(a.now())
 		d := a.Interval()
 		if d > a.cfg.Interval {
 			d = time.Duration(float64(d) * (0.9 + 0.2*rand.Float64()))
 		}
 		t.Reset(d)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	}
+}
+
+// publishNow publishes if we announce (a LocalFunc was given), and logs a
+// failure, at most once a minute.
+func (a *Announcer) publishNow(ctx context.Context) {
+	if a.local == nil {
+		return
+	}
+	if err := a.Publish(ctx); err != nil && ctx.Err() == nil {
+		// Only a local fault makes publishing fail; say so, but not
+		// every interval.
+		if ok, n := a.pubLog.allow(ReasonNone, a.now()); ok {
+			a.log.Warn("announce failed", "err", err, "suppressed", n)
 		}
 	}
 }

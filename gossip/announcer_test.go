@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -285,5 +286,51 @@ func TestPubsubMeter(t *testing.T) {
 	}
 	if min := listener.AnnouncesSeen * uint64(len(b)); speaker.PubsubBytesSent < min {
 		t.Errorf("speaker sent %d pubsub bytes, the listener saw %d announcements of at least %d bytes", speaker.PubsubBytesSent, listener.AnnouncesSeen, len(b))
+	}
+}
+
+// A Kick announces at once, out of schedule: with half an hour between
+// scheduled announcements, a peer hears the kicked node's new step within
+// the test's patience only through a kick.
+func TestKickAnnouncesAtOnce(t *testing.T) {
+	checkLeaks(t)
+	cfg := testAnnounceConfig()
+	cfg.Interval, cfg.FreshWindow = 30*time.Minute, time.Hour
+	var step atomic.Int64
+	local := func() Announcement {
+		return Announcement{Step: step.Load(), SamplesPerSec: 1000, Mode: "gossip"}
+	}
+	ha, hb := newHost(t, "tcp", testConfig(testN)), newHost(t, "tcp", testConfig(testN))
+	a, err := NewAnnouncer(ha, newPubSub(t, ha), cfg, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	b, err := NewAnnouncer(hb, newPubSub(t, hb), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	connect(t, ha, hb)
+	// The scheduled first announcement went out before the two were
+	// connected, and pubsub drops what it publishes to a peer whose
+	// subscription it has heard but to which its own stream is not yet
+	// open: kick until the listener hears one.
+	heard := func(s int64) func() bool {
+		return func() bool {
+			fresh := b.Fresh()
+			return len(fresh) == 1 && fresh[0].Step == s
+		}
+	}
+	eventually(t, "the listener to hear step 0", func() bool {
+		a.Kick()
+		return heard(0)()
+	})
+	sent := a.Counters().Snapshot().AnnouncesSent
+	step.Store(7)
+	a.Kick()
+	eventually(t, "the listener to hear step 7", heard(7))
+	if got := a.Counters().Snapshot().AnnouncesSent; got < sent+1 || got > sent+2 {
+		t.Errorf("announcements sent %d after %d and one kick (a kick of the loop above may have been pending)", got, sent)
 	}
 }
