@@ -3,6 +3,8 @@ package node
 import (
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/meshtrain/meshtrain/params"
 )
 
@@ -29,3 +31,9 @@ func DiscoveryWait(prev, interval time.Duration, peers int) time.Duration {
 }
 
 const DiscoveryEnough, DiscoveryMaxWait = discoveryEnough, discoveryMaxWait
+
+// KickAnnounce asks n's announcer for an announcement now.
+func KickAnnounce(n *Node) { n.ann.Kick() }
+
+// ClockPeerSamples is the count of p's samples n's run clock holds.
+func ClockPeerSamples(n *Node, p peer.ID) float64 { return n.clock.peerSamples(p) }

@@ -128,6 +128,9 @@ type trainLoop struct {
 	slowMo *slowMomentum
 
 	lastReport, lastCkpt, lastEval time.Time
+	// kicked: the announcement out of schedule that tells the peers we
+	// train (kickAfter) has been asked for.
+	kicked bool
 	// ckptAt is the trainer's steps, the node's merges and the trainer's
 	// changes (ChangeCounter) at the last checkpoint offered.
 	ckptAt [3]int64
@@ -249,6 +252,13 @@ func (l *trainLoop) after(stats StepResult) {
 	}
 	setF64(&n.rep.lastLoss, l.lossEMA)
 	now := time.Now()
+	if !l.kicked && n.ann != nil && now.Sub(l.began) >= kickAfter {
+		// Our samples and rate have left zero: tell the peers now, not
+		// up to an announce interval from now, so that their run clocks
+		// count us from the start (see kickAfter).
+		n.ann.Kick()
+		l.kicked = true
+	}
 	if n.cfg.CheckpointEvery > 0 && now.Sub(l.lastCkpt) >= n.cfg.CheckpointEvery {
 		l.checkpoint(now)
 	}

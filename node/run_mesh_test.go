@@ -2,6 +2,8 @@ package node_test
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +90,57 @@ func TestRunBelongsToTheSwarm(t *testing.T) {
 	}
 	if own < 0.9*total || own > 1.3*total {
 		t.Errorf("the nodes processed %.0f samples between them for a run of %.0f", own, total)
+	}
+}
+
+// TestRunClockHearsAPeerFromItsFirstStep: a node announces at its first
+// step after the start, out of schedule, so that its peers' run clocks
+// count its samples from the start rather than from its next scheduled
+// announcement. With half an hour between scheduled announcements, that
+// first-step announcement is the only way either clock can count the
+// other's samples within the test.
+func TestRunClockHearsAPeerFromItsFirstStep(t *testing.T) {
+	checkGoroutines(t)
+	cfg := meshConfig("firststep")
+	cfg.Announce.Interval, cfg.Announce.FreshWindow = 30*time.Minute, time.Hour
+	// The kicks below, before the start, are all within one interval.
+	cfg.Announce.MaxPerInterval = 200
+	start := filepath.Join(t.TempDir(), "go")
+	a := newMeshNode(t, cfg, nil)
+	cb := cfg
+	cb.Host.Bootstrap = bootstrapOff(t, a.Node)
+	b := newMeshNode(t, cb, nil)
+	for _, m := range []*meshNode{a, b} {
+		if err := m.SetSnapshots(node.SnapshotConfig{StartFile: start}); err != nil {
+			t.Fatal(err)
+		}
+		m.start(t)
+	}
+	// Both wait at the start line. Their scheduled first announcements
+	// may have gone out before they were connected: kick, at most every
+	// 100 ms, until each has heard the other.
+	var kicked time.Time
+	eventually(t, time.Minute, "each node to hear the other before the start", func() bool {
+		if time.Since(kicked) >= 100*time.Millisecond {
+			node.KickAnnounce(a.Node)
+			node.KickAnnounce(b.Node)
+			kicked = time.Now()
+		}
+		return len(a.Peers()) == 1 && len(b.Peers()) == 1
+	})
+	for _, m := range []*meshNode{a, b} {
+		if st := m.Status(); st.Step != 0 {
+			t.Fatalf("node %s took %d steps before the start", m.ID(), st.Step)
+		}
+	}
+	if err := os.WriteFile(start, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "each node's run clock to count the other's samples", func() bool {
+		return node.ClockPeerSamples(a.Node, b.ID()) > 0 && node.ClockPeerSamples(b.Node, a.ID()) > 0
+	})
+	if st := a.Status(); st.Run.Samples <= st.Run.OwnSamples {
+		t.Errorf("run clock %.0f counts no more than the node's own %.0f samples", st.Run.Samples, st.Run.OwnSamples)
 	}
 }
 

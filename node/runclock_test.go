@@ -684,3 +684,28 @@ func TestRunClockBadOwnRate(t *testing.T) {
 		}
 	}
 }
+
+// The watcher feeds the run clock every clockFastEvery before training
+// starts and in its first clockFastFor, while the peers' first
+// announcements since they began to train arrive, and every clockEvery
+// after.
+func TestClockFeedIsFastOnlyAtTheStart(t *testing.T) {
+	n := &Node{}
+	now := time.Unix(1_000_000, 0)
+	if got := n.clockFeedEvery(now); got != clockFastEvery {
+		t.Errorf("before training starts: every %v, want %v", got, clockFastEvery)
+	}
+	for _, tc := range []struct {
+		since time.Duration
+		want  time.Duration
+	}{{0, clockFastEvery}, {clockFastFor - time.Millisecond, clockFastEvery}, {clockFastFor, clockEvery}, {time.Hour, clockEvery}} {
+		start := now.Add(-tc.since)
+		n.trainStart.Store(&start)
+		if got := n.clockFeedEvery(now); got != tc.want {
+			t.Errorf("%v into training: every %v, want %v", tc.since, got, tc.want)
+		}
+	}
+	if clockFastEvery >= clockEvery {
+		t.Errorf("the fast feed (%v) is not faster than the usual (%v)", clockFastEvery, clockEvery)
+	}
+}
