@@ -18,7 +18,8 @@ import (
 // nodes' busy time. Each file is a safetensors model (readable by `meshtrain
 // eval`) whose metadata carries the keys below besides the checkpoint ones
 // (MetaModel, MetaDataset, MetaNetwork, MetaFingerprint, MetaSeed, MetaStep,
-// MetaProgress). Counters are cumulative since the trainer was built.
+// MetaProgress, MetaRunSamples). Counters are cumulative since the trainer
+// was built.
 const (
 	// SnapshotGlob matches the snapshot files in a snapshot dir. A mesh
 	// node names its files snap-<peer ID>-<seq>.safetensors, so the nodes of
@@ -37,6 +38,7 @@ const (
 	MetaSlowdown     = "slowdown"        // the node's --slowdown
 	MetaBaseStepNano = "base_step_ns"    // the base step time it multiplies
 	MetaFinal        = "final"           // "true" on the snapshot taken as the run stops
+	MetaLR           = "lr"              // the latest step's learning rate, --lr-scaling's factor in it
 )
 
 // ErrSnapshots is wrapped by snapshot setup errors.
@@ -140,7 +142,7 @@ func (n *Node) snapshotter(ctx context.Context) {
 // writeSnapshot writes one snapshot file atomically (temp file, rename), so
 // a reader never sees half a file.
 func (n *Node) writeSnapshot(seq int, snap params.Snapshot, s TrainerStats, base map[string]string, final bool) error {
-	meta := make(map[string]string, len(base)+12)
+	meta := make(map[string]string, len(base)+14)
 	for k, v := range base {
 		meta[k] = v
 	}
@@ -156,6 +158,9 @@ func (n *Node) writeSnapshot(seq int, snap params.Snapshot, s TrainerStats, base
 	meta[MetaBytesSent] = strconv.FormatUint(n.counters.Snapshot().BytesSent, 10)
 	meta[MetaMerges] = itoa(n.Merges())
 	meta[MetaFinal] = strconv.FormatBool(final)
+	meta[MetaRunSamples] = strconv.FormatFloat(n.runPosition(time.Now(), float64(s.Samples)), 'g', -1, 64)
+	lr, _ := n.rep.lr()
+	meta[MetaLR] = strconv.FormatFloat(lr, 'g', -1, 64)
 	name := fmt.Sprintf("snap-%06d.safetensors", seq)
 	if n.id != "" {
 		name = fmt.Sprintf("snap-%s-%06d.safetensors", n.id, seq)

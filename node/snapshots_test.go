@@ -119,9 +119,16 @@ func TestSnapshotsWaitForStartFileAndRecordCounters(t *testing.T) {
 		if metaInt(t, meta, node.MetaBaseStepNano) != int64(time.Millisecond) {
 			t.Errorf("%s: base step %s", f, meta[node.MetaBaseStepNano])
 		}
+		// Offline, the run clock is the node's own samples.
+		if rs, err := strconv.ParseFloat(meta[node.MetaRunSamples], 64); err != nil || rs != float64(samples) {
+			t.Errorf("%s: run clock %q, want the node's own %d samples", f, meta[node.MetaRunSamples], samples)
+		}
 		final := meta[node.MetaFinal] == "true"
 		if final != (i == len(files)-1) {
 			t.Errorf("%s: final=%v, want it on the last snapshot only", f, final)
+		}
+		if lr, err := strconv.ParseFloat(meta[node.MetaLR], 64); err != nil || (final && lr <= 0) {
+			t.Errorf("%s: learning rate %q after %d steps", f, meta[node.MetaLR], samples/int64(cfg.Train.Batch))
 		}
 		lastTime, lastSamples, lastBusy = ts, samples, busy
 	}

@@ -35,6 +35,10 @@ func analyzeRun(run *Run, target, fixedWallS float64, solo []float64) {
 	}
 	run.FixedWallS = fixedWallS
 	run.RunClockAtFixedWall = RunClockAt(*run, fixedWallS)
+	run.ClockShare = nil
+	if run.Mode == ModeGossip || run.Mode == ModeGossipConst {
+		run.ClockShare = ClockShare(tr, ClockShareTimes)
+	}
 	run.FinalAccuracy = make([]float64, n)
 	run.NodeSamplesPerS = make([]float64, n)
 	run.BusyFraction = make([]float64, n)

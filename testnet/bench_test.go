@@ -672,6 +672,61 @@ func TestParseSnapshotMetaNamesWhatIsMissing(t *testing.T) {
 	}
 }
 
+// A snapshot's run clock and learning rate are read when it carries them
+// and left at 0 when it does not (a node from before they were written);
+// garbled, they are an error like any other counter.
+func TestParseSnapshotMetaReadsTheClockWhenThere(t *testing.T) {
+	meta := map[string]string{
+		node.MetaSnapshotSeq: "0", node.MetaTimeUnixNano: "1", node.MetaSamples: "64", node.MetaBusyNanos: "2",
+		node.MetaNetWaitNanos: "0", node.MetaBytesSent: "0", node.MetaMerges: "0", node.MetaStep: "1", node.MetaProgress: "64",
+	}
+	m, err := parseSnapshotMeta(meta)
+	if err != nil || m.point.RunSamples != 0 || m.point.LR != 0 {
+		t.Fatalf("without the keys: %+v, %v", m.point, err)
+	}
+	meta[node.MetaRunSamples], meta[node.MetaLR] = "250.5", "0.125"
+	if m, err = parseSnapshotMeta(meta); err != nil || m.point.RunSamples != 250.5 || m.point.LR != 0.125 {
+		t.Fatalf("with them: %+v, %v", m.point, err)
+	}
+	meta[node.MetaLR] = "fast"
+	if _, err := parseSnapshotMeta(meta); err == nil || !strings.Contains(err.Error(), node.MetaLR) {
+		t.Errorf("a garbled rate: %v", err)
+	}
+}
+
+// ClockShare reads, at each instant, every node's clock at its first
+// snapshot from then on against the swarm's samples at that snapshot's
+// time, and keeps the lowest node's.
+func TestClockShareIsTheLowestNodesCountOverTheSwarms(t *testing.T) {
+	// Two nodes at 100 and 300 samples a second. Node 0 hears node 1 from
+	// 1 s on; node 1 hears node 0 from the start.
+	var a, b Trace
+	for _, ts := range []float64{0, 0.5, 1, 1.5, 2} {
+		sa, sb := 100*ts, 300*ts
+		ca := sa
+		if ts >= 1 {
+			ca = sa + sb
+		}
+		a.Points = append(a.Points, Point{T: ts, Samples: int64(sa), RunSamples: ca})
+		b.Points = append(b.Points, Point{T: ts + 0.1, Samples: int64(300 * (ts + 0.1)), RunSamples: 400 * (ts + 0.1)})
+	}
+	got := ClockShare([]Trace{a, b}, []float64{0.5, 1.2})
+	// At 0.5 s: node 0 at 0.5 s counts 50 of 50 + 150 = 200 (0.25); node 1
+	// at 0.6 s counts all. At 1.2 s: node 0 at 1.5 s counts all; node 1 at
+	// 1.6 s too.
+	if len(got) != 2 || math.Abs(got[0]-0.25) > 1e-9 || math.Abs(got[1]-1) > 1e-9 {
+		t.Errorf("ClockShare = %v, want [0.25 1]", got)
+	}
+	// No snapshot that late, or none that carries a clock: nothing to say.
+	if got := ClockShare([]Trace{a, b}, []float64{5}); got != nil {
+		t.Errorf("past every snapshot: %v, want nil", got)
+	}
+	old := Trace{Points: []Point{{T: 0}, {T: 1, Samples: 100}}}
+	if got := ClockShare([]Trace{old, b}, []float64{0.5}); got != nil {
+		t.Errorf("snapshots without a clock: %v, want nil", got)
+	}
+}
+
 func TestWriteAllWritesReportAndPlots(t *testing.T) {
 	res := fakeBench(fakeResults())
 	dir := t.TempDir()

@@ -25,6 +25,11 @@ type Point struct {
 	Merges    int64   `json:"merges"`
 	Step      int64   `json:"step"`
 	Progress  float64 `json:"progress"`
+	// RunSamples is the node's run clock, the swarm's samples as the node
+	// counted them; LR the rate of its latest step (0 when a snapshot
+	// does not say: an older node).
+	RunSamples float64 `json:"run_samples,omitempty"`
+	LR         float64 `json:"lr,omitempty"`
 }
 
 // Trace is one node's scored snapshots, in time order.
@@ -252,4 +257,40 @@ func Ratio(a, b float64) float64 {
 		return math.NaN()
 	}
 	return a / b
+}
+
+// ClockShareTimes are the instants, in seconds since the common start, at
+// which a run's ClockShare is read.
+var ClockShareTimes = []float64{0.25, 0.5, 1, 2}
+
+// ClockShare is, at each of times, the lowest over the nodes of a node's
+// run clock (Point.RunSamples, as the node counted the swarm's samples, at
+// its first snapshot at or after the instant) over the samples every node
+// had processed by that snapshot's time. 1 is a node that counts the whole
+// swarm; 1/N, in a swarm of N equal nodes, one that counts only itself. It
+// is how soon a swarm that starts together reads the learning-rate
+// schedule at one point. nil when a node has no snapshot that late, or its
+// snapshots carry no clock (an older node).
+func ClockShare(traces []Trace, times []float64) []float64 {
+	if len(traces) == 0 {
+		return nil
+	}
+	out := make([]float64, len(times))
+	for k, at := range times {
+		low := math.Inf(1)
+		for _, tr := range traces {
+			i := slices.IndexFunc(tr.Points, func(p Point) bool { return p.T >= at })
+			if i < 0 || tr.Points[i].RunSamples <= 0 {
+				return nil
+			}
+			p := tr.Points[i]
+			truth := SamplesAt(traces, p.T)
+			if truth <= 0 {
+				return nil
+			}
+			low = min(low, p.RunSamples/truth)
+		}
+		out[k] = low
+	}
+	return out
 }

@@ -254,6 +254,7 @@ func writeNetwork(b *strings.Builder, br *BenchResults, r *Results, level int) {
 	writeLink(b, r)
 
 	writeConsensus(b, r)
+	writeClockShare(b, r)
 
 	p("\n%s Bars\n\n| claim | want | measured | pass |\n|---|---|---|---|\n", h)
 	for _, bar := range r.Bars {
@@ -373,6 +374,37 @@ func writeConsensus(b *strings.Builder, r *Results) {
 	if len(parts) > 0 {
 		fmt.Fprintf(b, "\nThe swarm's average model (the mean of the nodes' models at each snapshot instant, which no node holds; "+
 			"scored after the run) first at the target, median over the runs that got there: %s.\n", strings.Join(parts, "; "))
+	}
+}
+
+// writeClockShare says how soon the gossip modes' nodes counted the whole
+// swarm's samples on their run clocks, which their learning-rate schedule
+// reads.
+func writeClockShare(b *strings.Builder, r *Results) {
+	var parts []string
+	for _, mode := range r.Settings.Modes {
+		var shares [][]float64
+		for _, run := range r.Runs {
+			if run.Mode == mode && run.Error == "" && len(run.ClockShare) == len(ClockShareTimes) {
+				shares = append(shares, run.ClockShare)
+			}
+		}
+		if len(shares) == 0 {
+			continue
+		}
+		at := make([]string, len(ClockShareTimes))
+		for k, t := range ClockShareTimes {
+			xs := make([]float64, len(shares))
+			for i, s := range shares {
+				xs[i] = s[k]
+			}
+			at[k] = fmt.Sprintf("%.2f at %g s", Median(xs), t)
+		}
+		parts = append(parts, fmt.Sprintf("%s %s", mode, strings.Join(at, ", ")))
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(b, "\nRun clocks early in the run (the lowest node's count of the swarm's samples over the true count: "+
+			"1 counts the whole swarm, 1/%d a node counting only itself), median over seeds: %s.\n", r.Settings.Nodes, strings.Join(parts, "; "))
 	}
 }
 

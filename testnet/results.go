@@ -277,6 +277,13 @@ type Run struct {
 	BytesSent           []uint64  `json:"bytes_sent"`
 	Merges              []int64   `json:"merges"`
 	NetworkWaitS        []float64 `json:"network_wait_s"`
+
+	// ClockShare (gossip modes): the lowest node's run clock over the
+	// swarm's samples at each of ClockShareTimes (see ClockShare). Absent
+	// in other modes, whose clock is not a sum of announcements, and in
+	// results from before it was measured.
+	ClockShare []float64 `json:"clock_share,omitempty"`
+
 	// BytesSentPerSample is each node's parameter bytes sent over the
 	// samples it processed, both counted until it exited (0 for a node
 	// that processed none); ClusterBytesSentPerSample every node's bytes

@@ -58,6 +58,13 @@ func parseSnapshotMeta(meta map[string]string) (snapshotMeta, error) {
 	m.point = Point{Samples: i64(node.MetaSamples), BusyS: time.Duration(i64(node.MetaBusyNanos)).Seconds(),
 		NetWaitS: time.Duration(i64(node.MetaNetWaitNanos)).Seconds(), BytesSent: bytes,
 		Merges: i64(node.MetaMerges), Step: i64(node.MetaStep), Progress: f64(node.MetaProgress)}
+	// Optional: a node older than these keys did not write them.
+	if _, ok := meta[node.MetaRunSamples]; ok {
+		m.point.RunSamples = f64(node.MetaRunSamples)
+	}
+	if _, ok := meta[node.MetaLR]; ok {
+		m.point.LR = f64(node.MetaLR)
+	}
 	if len(errs) > 0 {
 		return m, fmt.Errorf("%w: snapshot metadata lacks or garbles %v", ErrBench, errs)
 	}
