@@ -22,7 +22,7 @@ const (
 	// NodeLR is node.DefaultLR: the base learning rate at batch 64.
 	NodeLR = 0.1
 	// NodeSchedule is node.DefaultSchedule, over the run clock.
-	NodeSchedule = "cosine:warmup=0.4%"
+	NodeSchedule = "cosine"
 	// NodeAvgInterval is node.DefaultAvgInterval, merge.Pace's floor.
 	NodeAvgInterval = 12500 * time.Microsecond
 	// NodeEpochs is node.DefaultEpochs: the run, in passes over the

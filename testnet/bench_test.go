@@ -727,6 +727,22 @@ func TestClockShareIsTheLowestNodesCountOverTheSwarms(t *testing.T) {
 	}
 }
 
+// The report's run-clock line gives each gossip mode's median over seeds
+// at every instant, and says nothing of modes without a clock share.
+func TestReportGivesTheMedianClockShare(t *testing.T) {
+	r := &Results{Settings: Settings{Nodes: 4, Modes: []string{ModeGossip, ModeSync}}}
+	for _, s := range [][]float64{{0.3, 0.5, 0.9, 1}, {0.5, 0.7, 1, 1}, {0.4, 0.9, 0.95, 1}} {
+		r.Runs = append(r.Runs, Run{Mode: ModeGossip, ClockShare: s})
+	}
+	r.Runs = append(r.Runs, Run{Mode: ModeGossip, Error: "failed", ClockShare: []float64{0, 0, 0, 0}}, Run{Mode: ModeSync})
+	var b strings.Builder
+	writeClockShare(&b, r)
+	want := "1/4 a node counting only itself), median over seeds: gossip 0.40 at 0.25 s, 0.70 at 0.5 s, 0.95 at 1 s, 1.00 at 2 s."
+	if !strings.Contains(b.String(), want) || strings.Contains(b.String(), "sync") {
+		t.Errorf("report line %q, want it to end %q and not name sync", b.String(), want)
+	}
+}
+
 func TestWriteAllWritesReportAndPlots(t *testing.T) {
 	res := fakeBench(fakeResults())
 	dir := t.TempDir()
@@ -824,10 +840,10 @@ func TestModeFlagsListOnlyWhatDiffersFromANodesDefaults(t *testing.T) {
 	report.epochs = 6.417
 	check("sync's budgeted run", c.differs(report), "--mode sync", "--lr 0.4", "--epochs 6.417")
 	// Values, not spellings: poly:0.50 is the default decay (auto the
-	// default precision); the gossip settings mean nothing to local and
-	// sync.
+	// default precision, cosine:warmup=0 the default schedule); the gossip
+	// settings mean nothing to local and sync.
 	c.Staleness, c.WireDType, c.AvgInterval, c.Alpha = "poly:0.50", "auto", 100*time.Millisecond, 0.3
-	c.Schedule, c.NonIID, c.NodeArgs = "cosine:warmup=0.40%", 0.5, []string{"--holdout", "500"}
+	c.Schedule, c.NonIID, c.NodeArgs = "cosine:warmup=0", 0.5, []string{"--holdout", "500"}
 	check("gossip with overrides", c.ModeFlags(ModeGossip), "--non-iid 0.5", "--avg-interval 100ms", "--alpha 0.3", "--holdout 500")
 	check("local with overrides", c.ModeFlags(ModeLocal), "--mode local", "--non-iid 0.5", "--holdout 500")
 	c = QuickBenchConfig()
