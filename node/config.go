@@ -201,12 +201,12 @@ const (
 	// DefaultSchedule is the learning-rate schedule over a node's run:
 	// cosine decay from the start, with no warmup. A warmup of 0.4% of the
 	// run (9,600 samples of the default 40 epochs), the default until
-	// 2026-12-07, cost gossip about a tenth of its samples to 97% in each of
-	// four comparisons over two days, on iid and Dirichlet 0.5 shards, with
-	// and without a run clock that counts the peers from the start
-	// (docs/benchmarks.md); a 4% warmup held the rate low for most of what
-	// the swarm needs to reach 97%. A model that needs one: --schedule
-	// cosine:warmup=X%.
+	// 2026-12-07, cost gossip 2-22% of its samples to 97% (a tenth in the
+	// median) in each of five comparisons of three seeds that day, on iid
+	// and Dirichlet 0.5 shards, with and without a run clock that counts
+	// the peers from the start (docs/benchmarks.md); a 4% warmup held the
+	// rate low for most of what the swarm needs to reach 97%. A model that
+	// needs one: --schedule cosine:warmup=X%.
 	DefaultSchedule = "cosine"
 )
 
