@@ -78,6 +78,34 @@ func TestDiscoveryWait(t *testing.T) {
 	}
 }
 
+// TestBootstrapRetry: a host with no peer redials an unreachable bootstrap
+// peer every second, however long it has failed, so two nodes that start
+// listening at different times meet within a second of the later one;
+// a host with peers backs off, doubling up to the discovery interval,
+// and goes back to every second once it has none.
+func TestBootstrapRetry(t *testing.T) {
+	const iv = 10 * time.Second
+	var alone, along []time.Duration
+	a, b := time.Second, time.Second
+	for range 6 {
+		a = node.BootstrapRetry(a, iv, 0)
+		b = node.BootstrapRetry(b, iv, 1)
+		alone, along = append(alone, a), append(along, b)
+	}
+	if want := []time.Duration{time.Second, time.Second, time.Second, time.Second, time.Second, time.Second}; fmt.Sprint(alone) != fmt.Sprint(want) {
+		t.Errorf("retries with no peer: %v, want %v", alone, want)
+	}
+	if want := []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, iv, iv, iv}; fmt.Sprint(along) != fmt.Sprint(want) {
+		t.Errorf("retries with a peer: %v, want %v", along, want)
+	}
+	if r := node.BootstrapRetry(iv, iv, 0); r != time.Second {
+		t.Errorf("retry alone after a long one: %v, want 1s", r)
+	}
+	if r := node.BootstrapRetry(time.Second, 300*time.Millisecond, 0); r != 300*time.Millisecond {
+		t.Errorf("retry alone with an interval under a second: %v, want the interval", r)
+	}
+}
+
 // goroutinesIn counts the goroutines with a frame whose function name
 // contains fn.
 func goroutinesIn(fn string) int {

@@ -32,6 +32,12 @@ func DiscoveryWait(prev, interval time.Duration, peers int) time.Duration {
 
 const DiscoveryEnough, DiscoveryMaxWait = discoveryEnough, discoveryMaxWait
 
+// BootstrapRetry is the wait before the next dial of an unreachable
+// bootstrap peer.
+func BootstrapRetry(prev, interval time.Duration, peers int) time.Duration {
+	return bootstrapRetry(prev, interval, peers)
+}
+
 // KickAnnounce asks n's announcer for an announcement now.
 func KickAnnounce(n *Node) { n.ann.Kick() }
 

@@ -345,6 +345,19 @@ func discoveryWait(prev, interval time.Duration, peers int) time.Duration {
 	return min(max(2*prev, interval), discoveryMaxWait*interval)
 }
 
+// bootstrapRetry is the wait before the next dial of an unreachable
+// bootstrap peer, after a wait of prev: 1 s while the host has no peer at
+// all, for it has nothing to train with until one answers (two nodes
+// started together, each behind its trainer's start, would otherwise
+// meet up to a discovery interval after the later one listens); with
+// peers, double the last wait, up to the interval.
+func bootstrapRetry(prev, interval time.Duration, peers int) time.Duration {
+	if peers == 0 {
+		return min(time.Second, interval)
+	}
+	return min(max(2*prev, time.Second), interval)
+}
+
 // discover connects to the bootstrap peers, then advertises on and queries
 // the DHT rendezvous every DiscoveryInterval, less often while the host is
 // well connected (discoveryWait). It owns nothing but its loop.
@@ -358,8 +371,7 @@ func (n *Host) discover(ctx context.Context) {
 	advertising := false
 	// While a bootstrap peer is unreachable (it may start after us: a
 	// node waiting for its external trainer listens only once one has
-	// registered), it is retried after 1 s, then 2, 4, ... up to the
-	// discovery interval.
+	// registered), it is retried (bootstrapRetry).
 	retry := time.Second
 	// The host looks at its peer count every interval, so a node that
 	// loses its peers during a long wait searches again within one.
@@ -393,7 +405,8 @@ func (n *Host) discover(ctx context.Context) {
 		wait = discoveryWait(wait, interval, len(n.Network().Peers()))
 		next := interval
 		if unreachable {
-			next, retry, wait = min(retry, next), min(2*retry, next), 0
+			next, wait = min(retry, next), 0
+			retry = bootstrapRetry(retry, interval, len(n.Network().Peers()))
 		}
 		t.Reset(next)
 	}

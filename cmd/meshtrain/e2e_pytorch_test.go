@@ -133,7 +133,35 @@ func TestE2EPyTorchReadme(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	began := time.Now()
+	// While it runs: when each node first had a peer and a merge, for the
+	// failure's story (the nodes' addresses are the README's).
+	watch, stopWatch := context.WithCancel(ctx)
+	met := make(chan [2][2]float64, 1)
+	go func() {
+		var first [2][2]float64 // node, {peer, merge}: seconds, 0 for never
+		defer func() { met <- first }()
+		for watch.Err() == nil {
+			for i, a := range []string{"127.0.0.1:8181", "127.0.0.1:8182"} {
+				s, err := statusOf(watch, a)
+				if err != nil {
+					continue
+				}
+				if s.Peers > 0 && first[i][0] == 0 {
+					first[i][0] = time.Since(began).Seconds()
+				}
+				if s.Merges > 0 && first[i][1] == 0 {
+					first[i][1] = time.Since(began).Seconds()
+				}
+			}
+			select {
+			case <-watch.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
 	out, err := runGroup(t, ctx, dir, script)
+	stopWatch()
+	first := <-met
 	if err != nil {
 		t.Fatalf("the README's PyTorch section failed after %.0fs: %v\n%s", time.Since(began).Seconds(), err, out)
 	}
@@ -150,6 +178,9 @@ func TestE2EPyTorchReadme(t *testing.T) {
 	}
 	if bad {
 		// What the nodes said about finding each other and merging.
+		for i, f := range first {
+			t.Logf("node%d: first peer at %.1fs, first merge at %.1fs (0: never seen)", i, f[0], f[1])
+		}
 		for _, log := range []string{"node0.log", "node1.log"} {
 			b, _ := os.ReadFile(filepath.Join(dir, log))
 			t.Logf("%s (first and last 25 lines):\n%s\n...\n%s", log, head(string(b), 25), tail(string(b), 25))
