@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/store"
@@ -196,9 +197,20 @@ type checkpointer struct {
 	send  func(Event)
 	saved func(store.Info) // told of every committed checkpoint
 
-	pending chan checkpointState
+	pending chan queuedState
 	done    chan struct{}
+	// seq numbers the states in the order they were taken (offer and
+	// saveNow are called by the train loop's goroutine, one after the
+	// other), so a state is never written after a newer one.
+	seq     atomic.Uint64
 	mu      sync.Mutex // serialises Save between the goroutine and saveNow
+	written uint64     // under mu: the seq of the newest state written
+}
+
+// queuedState is a state offered to the checkpointer, with its seq.
+type queuedState struct {
+	checkpointState
+	seq uint64
 }
 
 // checkpointState is what one checkpoint holds: the trainer's state and the
@@ -221,7 +233,7 @@ type checkpointCounters struct {
 
 func newCheckpointer(st store.Store, meta map[string]string, log *slog.Logger, send func(Event), saved func(store.Info)) *checkpointer {
 	c := &checkpointer{st: st, meta: meta, log: log.With("component", "checkpointer"), send: send, saved: saved,
-		pending: make(chan checkpointState, 1), done: make(chan struct{})}
+		pending: make(chan queuedState, 1), done: make(chan struct{})}
 	if st == nil {
 		close(c.done)
 		return c
@@ -229,7 +241,7 @@ func newCheckpointer(st store.Store, meta map[string]string, log *slog.Logger, s
 	go func() {
 		defer close(c.done)
 		for s := range c.pending {
-			if err := c.save(context.Background(), s, false); err != nil {
+			if err := c.save(context.Background(), s.checkpointState, false, s.seq); err != nil {
 				c.log.Error("checkpoint failed", "step", s.Step, "err", err)
 			}
 		}
@@ -242,9 +254,10 @@ func (c *checkpointer) offer(s checkpointState) {
 	if c.st == nil {
 		return
 	}
+	q := queuedState{s, c.seq.Add(1)}
 	for {
 		select {
-		case c.pending <- s:
+		case c.pending <- q:
 			return
 		default:
 		}
@@ -255,17 +268,31 @@ func (c *checkpointer) offer(s checkpointState) {
 	}
 }
 
-// saveNow writes s synchronously (after any write in flight).
+// saveNow writes s synchronously (after any write in flight). A state
+// offered before it and not yet written is dropped, never written after
+// it: the final checkpoint stays the store's newest, so a node that
+// stops resumes from it, not from an older periodic one.
 func (c *checkpointer) saveNow(ctx context.Context, s checkpointState, final bool) error {
 	if c.st == nil {
 		return nil
 	}
-	return c.save(ctx, s, final)
+	seq := c.seq.Add(1)
+	select {
+	case <-c.pending:
+	default:
+	}
+	return c.save(ctx, s, final, seq)
 }
 
-func (c *checkpointer) save(ctx context.Context, s checkpointState, final bool) error {
+// save writes s, taken as the seq-th state, unless a newer one has been
+// written.
+func (c *checkpointer) save(ctx context.Context, s checkpointState, final bool, seq uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if seq < c.written {
+		c.log.Debug("checkpoint skipped: a newer one is written", "step", s.Step)
+		return nil
+	}
 	meta := make(map[string]string, len(c.meta)+5)
 	for k, v := range c.meta {
 		meta[k] = v
@@ -285,6 +312,7 @@ func (c *checkpointer) save(ctx context.Context, s checkpointState, final bool) 
 	if err != nil {
 		return fmt.Errorf("node: checkpoint at step %d: %w", s.Step, err)
 	}
+	c.written = seq
 	if c.saved != nil {
 		c.saved(info)
 	}

@@ -1,0 +1,63 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshtrain/meshtrain/store"
+)
+
+// TestFinalCheckpointStaysTheNewest: a periodic checkpoint offered just
+// before the run ends, and still queued behind a write in flight when the
+// final one is saved, is never written after the final one. Before, it
+// was, and a node that had finished its run resumed from that older,
+// unfinished checkpoint (seen once in a run of the node's tests:
+// TestLastCheckpointIsTheCommittedOne found the store's newest
+// checkpoint 12 ms younger than the final event's).
+func TestFinalCheckpointStaysTheNewest(t *testing.T) {
+	st, err := store.Open(t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	meta := map[string]string{MetaFingerprint: strings.Repeat("ab", 32)}
+	c := newCheckpointer(st, meta, slog.New(slog.DiscardHandler), func(Event) {}, nil)
+	state := func(step int64) checkpointState {
+		return checkpointState{TrainerState: TrainerState{Params: []float32{float32(step)}, Step: step}}
+	}
+	// A write in flight: the writer takes step 1 and waits for the lock
+	// while step 2 is queued behind it.
+	c.mu.Lock()
+	c.offer(state(1))
+	deadline := time.Now().Add(time.Minute)
+	for len(c.pending) > 0 {
+		if time.Now().After(deadline) {
+			c.mu.Unlock()
+			t.Fatal("the writer never took the first checkpoint")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.offer(state(2))
+	done := make(chan error, 1)
+	go func() { done <- c.saveNow(context.Background(), state(3), true) }()
+	c.mu.Unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c.close()
+	infos, err := st.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) == 0 || infos[0].Step != 3 || !infos[0].Final {
+		t.Fatalf("checkpoints, newest first: %+v; want the final one at step 3 the newest", infos)
+	}
+	for _, in := range infos {
+		if in.Step == 2 {
+			t.Errorf("the queued checkpoint at step 2 was written after the final one was due: %+v", infos)
+		}
+	}
+}
