@@ -43,6 +43,15 @@ func TestFinalCheckpointStaysTheNewest(t *testing.T) {
 	c.offer(state(2))
 	done := make(chan error, 1)
 	go func() { done <- c.saveNow(context.Background(), state(3), true) }()
+	// Only the final save can take step 2 off the queue while the writer
+	// waits for the lock.
+	for len(c.pending) > 0 {
+		if time.Now().After(deadline) {
+			c.mu.Unlock()
+			t.Fatal("the final save left the queued checkpoint at step 2 to be written after it")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	c.mu.Unlock()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -79,29 +79,36 @@ func TestDiscoveryWait(t *testing.T) {
 }
 
 // TestBootstrapRetry: a host with no peer redials an unreachable bootstrap
-// peer every second, however long it has failed, so two nodes that start
-// listening at different times meet within a second of the later one;
-// a host with peers backs off, doubling up to the discovery interval,
-// and goes back to every second once it has none.
+// peer every second for its first BootstrapFastFor alone, however long it
+// had backed off before, so two nodes that start listening at different
+// times meet within a second of the later one; after that, and while it
+// has peers, it backs off, doubling from 1 s up to the discovery interval.
 func TestBootstrapRetry(t *testing.T) {
 	const iv = 10 * time.Second
-	var alone, along []time.Duration
-	a, b := time.Second, time.Second
-	for range 6 {
-		a = node.BootstrapRetry(a, iv, 0)
-		b = node.BootstrapRetry(b, iv, 1)
-		alone, along = append(alone, a), append(along, b)
+	series := func(peers int, alone time.Duration) []time.Duration {
+		var got []time.Duration
+		r := time.Duration(0)
+		for range 6 {
+			r = node.BootstrapRetry(r, iv, peers, alone)
+			got = append(got, r)
+		}
+		return got
 	}
-	if want := []time.Duration{time.Second, time.Second, time.Second, time.Second, time.Second, time.Second}; fmt.Sprint(alone) != fmt.Sprint(want) {
-		t.Errorf("retries with no peer: %v, want %v", alone, want)
+	s := time.Second
+	if got, want := series(0, 0), []time.Duration{s, s, s, s, s, s}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("retries alone: %v, want %v", got, want)
 	}
-	if want := []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, iv, iv, iv}; fmt.Sprint(along) != fmt.Sprint(want) {
-		t.Errorf("retries with a peer: %v, want %v", along, want)
+	backoff := []time.Duration{s, 2 * s, 4 * s, 8 * s, iv, iv}
+	if got := series(1, 0); fmt.Sprint(got) != fmt.Sprint(backoff) {
+		t.Errorf("retries with a peer: %v, want %v", got, backoff)
 	}
-	if r := node.BootstrapRetry(iv, iv, 0); r != time.Second {
-		t.Errorf("retry alone after a long one: %v, want 1s", r)
+	if got := series(0, node.BootstrapFastFor); fmt.Sprint(got) != fmt.Sprint(backoff) {
+		t.Errorf("retries alone for %v: %v, want %v", node.BootstrapFastFor, got, backoff)
 	}
-	if r := node.BootstrapRetry(time.Second, 300*time.Millisecond, 0); r != 300*time.Millisecond {
+	if r := node.BootstrapRetry(iv, iv, 0, node.BootstrapFastFor-s); r != s {
+		t.Errorf("retry alone after a long wait: %v, want 1s", r)
+	}
+	if r := node.BootstrapRetry(0, 300*time.Millisecond, 0, 0); r != 300*time.Millisecond {
 		t.Errorf("retry alone with an interval under a second: %v, want the interval", r)
 	}
 }

@@ -34,9 +34,12 @@ const DiscoveryEnough, DiscoveryMaxWait = discoveryEnough, discoveryMaxWait
 
 // BootstrapRetry is the wait before the next dial of an unreachable
 // bootstrap peer.
-func BootstrapRetry(prev, interval time.Duration, peers int) time.Duration {
-	return bootstrapRetry(prev, interval, peers)
+func BootstrapRetry(prev, interval time.Duration, peers int, alone time.Duration) time.Duration {
+	return bootstrapRetry(prev, interval, peers, alone)
 }
+
+// BootstrapFastFor is how long a host with no peer redials every second.
+const BootstrapFastFor = bootstrapFastFor
 
 // KickAnnounce asks n's announcer for an announcement now.
 func KickAnnounce(n *Node) { n.ann.Kick() }

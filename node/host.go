@@ -345,14 +345,21 @@ func discoveryWait(prev, interval time.Duration, peers int) time.Duration {
 	return min(max(2*prev, interval), discoveryMaxWait*interval)
 }
 
+// bootstrapFastFor is how long a host with no peer at all redials an
+// unreachable bootstrap peer every second, before it backs off.
+const bootstrapFastFor = time.Minute
+
 // bootstrapRetry is the wait before the next dial of an unreachable
-// bootstrap peer, after a wait of prev: 1 s while the host has no peer at
-// all, for it has nothing to train with until one answers (two nodes
-// started together, each behind its trainer's start, would otherwise
-// meet up to a discovery interval after the later one listens); with
-// peers, double the last wait, up to the interval.
-func bootstrapRetry(prev, interval time.Duration, peers int) time.Duration {
-	if peers == 0 {
+// bootstrap peer, after a wait of prev (0 before the first), given the
+// host's peers and how long it has had none: 1 s for the first
+// bootstrapFastFor alone, for the host has nothing to train with until
+// one answers (two nodes started together, each listening only once its
+// trainer registers, would otherwise meet up to a discovery interval
+// after the later one listens); else double the last wait, from 1 s up to
+// the interval, so a bootstrap peer that keeps turning us away is not
+// asked every second for ever.
+func bootstrapRetry(prev, interval time.Duration, peers int, alone time.Duration) time.Duration {
+	if peers == 0 && alone < bootstrapFastFor {
 		return min(time.Second, interval)
 	}
 	return min(max(2*prev, time.Second), interval)
@@ -372,7 +379,8 @@ func (n *Host) discover(ctx context.Context) {
 	// While a bootstrap peer is unreachable (it may start after us: a
 	// node waiting for its external trainer listens only once one has
 	// registered), it is retried (bootstrapRetry).
-	retry := time.Second
+	var retry time.Duration
+	var aloneSince time.Time // zero while the host has peers
 	// The host looks at its peer count every interval, so a node that
 	// loses its peers during a long wait searches again within one.
 	var wait time.Duration
@@ -405,8 +413,17 @@ func (n *Host) discover(ctx context.Context) {
 		wait = discoveryWait(wait, interval, len(n.Network().Peers()))
 		next := interval
 		if unreachable {
+			peers, alone := len(n.Network().Peers()), time.Duration(0)
+			switch {
+			case peers > 0:
+				aloneSince = time.Time{}
+			case aloneSince.IsZero():
+				aloneSince = time.Now()
+			default:
+				alone = time.Since(aloneSince)
+			}
+			retry = bootstrapRetry(retry, interval, peers, alone)
 			next, wait = min(retry, next), 0
-			retry = bootstrapRetry(retry, interval, len(n.Network().Peers()))
 		}
 		t.Reset(next)
 	}

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"github.com/meshtrain/meshtrain/params"
 	"github.com/meshtrain/meshtrain/store"
@@ -199,10 +198,10 @@ type checkpointer struct {
 
 	pending chan queuedState
 	done    chan struct{}
-	// seq numbers the states in the order they were taken (offer and
-	// saveNow are called by the train loop's goroutine, one after the
-	// other), so a state is never written after a newer one.
-	seq     atomic.Uint64
+	// seq numbers the states in the order they were taken, so a state is
+	// never written after a newer one. Owned by Run's goroutine, the one
+	// that calls offer and saveNow.
+	seq     uint64
 	mu      sync.Mutex // serialises Save between the goroutine and saveNow
 	written uint64     // under mu: the seq of the newest state written
 }
@@ -254,7 +253,8 @@ func (c *checkpointer) offer(s checkpointState) {
 	if c.st == nil {
 		return
 	}
-	q := queuedState{s, c.seq.Add(1)}
+	c.seq++
+	q := queuedState{s, c.seq}
 	for {
 		select {
 		case c.pending <- q:
@@ -276,7 +276,8 @@ func (c *checkpointer) saveNow(ctx context.Context, s checkpointState, final boo
 	if c.st == nil {
 		return nil
 	}
-	seq := c.seq.Add(1)
+	c.seq++
+	seq := c.seq
 	select {
 	case <-c.pending:
 	default:

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -134,14 +135,21 @@ func TestE2EPyTorchReadme(t *testing.T) {
 	defer cancel()
 	began := time.Now()
 	// While it runs: when each node first had a peer and a merge, for the
-	// failure's story (the nodes' addresses are the README's).
+	// failure's story, from the APIs the README gives the nodes.
+	var apis []string
+	for _, m := range regexp.MustCompile(`--api (\S+)`).FindAllStringSubmatch(script, -1) {
+		apis = append(apis, m[1])
+	}
+	if len(apis) != 2 {
+		t.Fatalf("the README's PyTorch section gives %d nodes an --api address (%v), want 2", len(apis), apis)
+	}
 	watch, stopWatch := context.WithCancel(ctx)
 	met := make(chan [2][2]float64, 1)
 	go func() {
 		var first [2][2]float64 // node, {peer, merge}: seconds, 0 for never
 		defer func() { met <- first }()
 		for watch.Err() == nil {
-			for i, a := range []string{"127.0.0.1:8181", "127.0.0.1:8182"} {
+			for i, a := range apis {
 				s, err := statusOf(watch, a)
 				if err != nil {
 					continue
@@ -162,6 +170,19 @@ func TestE2EPyTorchReadme(t *testing.T) {
 	out, err := runGroup(t, ctx, dir, script)
 	stopWatch()
 	first := <-met
+	defer func() {
+		if !t.Failed() {
+			return
+		}
+		// What the nodes said about finding each other and merging.
+		for i, f := range first {
+			t.Logf("node%d (%s): first peer at %.1fs, first merge at %.1fs (0: never seen)", i, apis[i], f[0], f[1])
+		}
+		for _, log := range []string{"node0.log", "node1.log"} {
+			b, _ := os.ReadFile(filepath.Join(dir, log))
+			t.Logf("%s (first and last 25 lines):\n%s\n...\n%s", log, head(string(b), 25), tail(string(b), 25))
+		}
+	}()
 	if err != nil {
 		t.Fatalf("the README's PyTorch section failed after %.0fs: %v\n%s", time.Since(began).Seconds(), err, out)
 	}
@@ -169,21 +190,9 @@ func TestE2EPyTorchReadme(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("want a final line from each of 2 trainers, got %v\n%s", got, out)
 	}
-	bad := false
 	for rank, r := range got {
 		if r.Merges < 1 || r.Accuracy < 0.95 || r.Stop != "run_complete" || !r.Averaged {
 			t.Errorf("trainer %d: %+v; want merges, accuracy >= 95%% of the node's average and the run complete", rank, r)
-			bad = true
-		}
-	}
-	if bad {
-		// What the nodes said about finding each other and merging.
-		for i, f := range first {
-			t.Logf("node%d: first peer at %.1fs, first merge at %.1fs (0: never seen)", i, f[0], f[1])
-		}
-		for _, log := range []string{"node0.log", "node1.log"} {
-			b, _ := os.ReadFile(filepath.Join(dir, log))
-			t.Logf("%s (first and last 25 lines):\n%s\n...\n%s", log, head(string(b), 25), tail(string(b), 25))
 		}
 	}
 	for _, log := range []string{"node0.log", "node1.log"} {
