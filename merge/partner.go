@@ -52,7 +52,7 @@ func ChoosePartner(cands []Candidate, own float64, last string, catchUp float64,
 			best = c
 		}
 	}
-	if catchUp > 0 && (best.Progress-own > catchUp || starting && best.Progress > startingFactor*own) {
+	if CatchUpDue(best.Progress, own, catchUp, starting) {
 		return Choice{Peer: best.Peer, CatchUp: true}
 	}
 	pool := slices.Clone(cands)
@@ -65,6 +65,14 @@ func ChoosePartner(cands []Candidate, own float64, last string, catchUp float64,
 		}
 	}
 	return Choice{Peer: pool[intn(len(pool))].Peer}
+}
+
+// CatchUpDue reports whether a node at progress own pulls a model at
+// progress best whole rather than merge it (ChoosePartner's rule): best is
+// more than catchUp ahead, or, while the node is starting, more than twice
+// own. Never with a catch-up threshold of 0.
+func CatchUpDue(best, own, catchUp float64, starting bool) bool {
+	return catchUp > 0 && (best-own > catchUp || starting && best > startingFactor*own)
 }
 
 // startingFactor: a starting node catches up with a peer that has more

@@ -171,3 +171,30 @@ func TestChoosePartnerUniform(t *testing.T) {
 		}
 	}
 }
+
+// TestCatchUpDue: the rule a starting node also applies to a model a peer
+// sends it unasked (such a model is pulled, not merged): past the
+// threshold always, past twice our progress only while starting, never
+// with the threshold at 0.
+func TestCatchUpDue(t *testing.T) {
+	tests := []struct {
+		best, own, threshold float64
+		starting, want       bool
+	}{
+		{125000, 0, 60000, true, true},
+		{125000, 62000, 60000, true, true},  // past the threshold
+		{125000, 66000, 60000, true, false}, // neither
+		{125000, 62500, 60000, false, true}, // past the threshold, started
+		{100, 40, 60000, true, true},        // twice ours, starting
+		{100, 40, 60000, false, false},      // twice ours, started
+		{100, 50, 60000, true, false},       // exactly twice
+		{125000, 0, 0, true, false},         // catch-up off
+		{0, 0, 60000, true, false},          // nobody has trained
+	}
+	for _, tt := range tests {
+		if got := CatchUpDue(tt.best, tt.own, tt.threshold, tt.starting); got != tt.want {
+			t.Errorf("CatchUpDue(best %v, own %v, threshold %v, starting %v) = %v, want %v",
+				tt.best, tt.own, tt.threshold, tt.starting, got, tt.want)
+		}
+	}
+}

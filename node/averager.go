@@ -268,6 +268,16 @@ func (a *averager) catchUp(ctx context.Context, best peer.ID, send func(Event)) 
 	a.catchups.Add(1)
 }
 
+// pullFirst reports whether a model at progress p, arriving before we
+// judged a pulled one, is one our next round would pull whole instead
+// (merge.CatchUpDue while starting).
+func (a *averager) pullFirst(p params.Progress) bool {
+	if a.judgedCatchUp {
+		return false
+	}
+	return merge.CatchUpDue(float64(p), float64(a.n.trainer.Stats().Progress), a.n.cfg.CatchUp, true)
+}
+
 // input is what the merge core judges a remote model on: our model now,
 // the sender's standing, the time and our holdout.
 func (a *averager) input(from peer.ID, remote *params.Snapshot) merge.Input {
@@ -296,6 +306,15 @@ func (a *averager) judged(from peer.ID, d merge.Decision) {
 // to the live model.
 func (a *averager) merge(from peer.ID, remote params.Snapshot, inbound bool) {
 	n := a.n
+	if inbound && a.pullFirst(remote.Progress) {
+		// A peer that heard of us before we heard of it sent its model:
+		// merged at the base weight it would lift our progress past the
+		// catch-up rule without our having pulled the swarm's model, and
+		// leave ours, untrained, in the mix.
+		n.log.Debug("inbound model not merged: starting far behind it, to pull the swarm's model first", "peer", from,
+			"progress", float64(remote.Progress))
+		return
+	}
 	in := a.input(from, &remote)
 	d := a.core.Decide(in)
 	a.judged(from, d)
