@@ -113,6 +113,42 @@ func TestBootstrapRetry(t *testing.T) {
 	}
 }
 
+// TestRedialPace: the discovery loop's redials to an unreachable bootstrap
+// peer come every second while the host is alone, for a minute, then back
+// off; a round that finds a peer resets both, so a host that loses its
+// peers much later redials every second again at once.
+func TestRedialPace(t *testing.T) {
+	const iv = 10 * time.Second
+	s := time.Second
+	t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	var p node.RedialPace
+	type round struct {
+		at          time.Duration // after t0
+		unreachable bool
+		peers       int
+		want        time.Duration // 0: no redial
+	}
+	for i, r := range []round{
+		{0, true, 0, s},
+		{30 * s, true, 0, s},
+		{59 * s, true, 0, s},
+		{61 * s, true, 0, 2 * s}, // a minute alone: back off
+		{63 * s, true, 0, 4 * s},
+		{70 * s, false, 1, 0},       // met it
+		{80 * s, false, 1, 0},       // and kept it
+		{5 * time.Hour, true, 0, s}, // lost it hours later: every second again
+		{5*time.Hour + s, true, 0, s},
+		{5*time.Hour + 2*s, true, 2, 2 * s}, // peers, but not the bootstrap one: backing off
+		{5*time.Hour + 4*s, true, 2, 4 * s},
+		{5*time.Hour + 8*s, true, 0, s}, // alone again
+	} {
+		got, ok := p.Next(iv, r.unreachable, r.peers, t0.Add(r.at))
+		if ok != (r.want > 0) || got != r.want {
+			t.Fatalf("round %d (%v, unreachable %v, %d peers): wait %v, redial %v; want %v", i, r.at, r.unreachable, r.peers, got, ok, r.want)
+		}
+	}
+}
+
 // goroutinesIn counts the goroutines with a frame whose function name
 // contains fn.
 func goroutinesIn(fn string) int {

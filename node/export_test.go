@@ -46,3 +46,11 @@ func KickAnnounce(n *Node) { n.ann.Kick() }
 
 // ClockPeerSamples is the count of p's samples n's run clock holds.
 func ClockPeerSamples(n *Node, p peer.ID) float64 { return n.clock.peerSamples(p) }
+
+// RedialPace is the discovery loop's redial pace (redialPace).
+type RedialPace struct{ r redialPace }
+
+// Next is redialPace.next.
+func (p *RedialPace) Next(interval time.Duration, unreachable bool, peers int, now time.Time) (time.Duration, bool) {
+	return p.r.next(interval, unreachable, peers, now)
+}

@@ -365,6 +365,37 @@ func bootstrapRetry(prev, interval time.Duration, peers int, alone time.Duration
 	return min(max(2*prev, time.Second), interval)
 }
 
+// redialPace is the discovery loop's pace of redials to unreachable
+// bootstrap peers (bootstrapRetry): it tracks the last wait and since when
+// the host has had no peer, which any round that finds a peer resets, so
+// a host that loses its peers hours later redials every second again.
+type redialPace struct {
+	retry      time.Duration
+	aloneSince time.Time // zero while the host has peers
+}
+
+// next returns the wait before the next discovery round when a bootstrap
+// peer was unreachable in this one (ok), given the host's peers now;
+// otherwise it only records them.
+func (r *redialPace) next(interval time.Duration, unreachable bool, peers int, now time.Time) (wait time.Duration, ok bool) {
+	switch {
+	case peers > 0:
+		r.aloneSince = time.Time{}
+	case r.aloneSince.IsZero():
+		r.aloneSince = now
+	}
+	if !unreachable {
+		r.retry = 0
+		return 0, false
+	}
+	var alone time.Duration
+	if peers == 0 {
+		alone = now.Sub(r.aloneSince)
+	}
+	r.retry = bootstrapRetry(r.retry, interval, peers, alone)
+	return r.retry, true
+}
+
 // discover connects to the bootstrap peers, then advertises on and queries
 // the DHT rendezvous every DiscoveryInterval, less often while the host is
 // well connected (discoveryWait). It owns nothing but its loop.
@@ -378,9 +409,8 @@ func (n *Host) discover(ctx context.Context) {
 	advertising := false
 	// While a bootstrap peer is unreachable (it may start after us: a
 	// node waiting for its external trainer listens only once one has
-	// registered), it is retried (bootstrapRetry).
-	var retry time.Duration
-	var aloneSince time.Time // zero while the host has peers
+	// registered), it is retried (redialPace).
+	var redial redialPace
 	// The host looks at its peer count every interval, so a node that
 	// loses its peers during a long wait searches again within one.
 	var wait time.Duration
@@ -412,17 +442,7 @@ func (n *Host) discover(ctx context.Context) {
 		}
 		wait = discoveryWait(wait, interval, len(n.Network().Peers()))
 		next := interval
-		if unreachable {
-			peers, alone := len(n.Network().Peers()), time.Duration(0)
-			switch {
-			case peers > 0:
-				aloneSince = time.Time{}
-			case aloneSince.IsZero():
-				aloneSince = time.Now()
-			default:
-				alone = time.Since(aloneSince)
-			}
-			retry = bootstrapRetry(retry, interval, peers, alone)
+		if retry, ok := redial.next(interval, unreachable, len(n.Network().Peers()), time.Now()); ok {
 			next, wait = min(retry, next), 0
 		}
 		t.Reset(next)
