@@ -14,7 +14,7 @@ type StatusResponse struct {
 	PeerID      string   `json:"peer_id"` // empty when offline
 	Addrs       []string `json:"addrs"`   // full multiaddrs, with /p2p/<peer ID>
 	Network     string   `json:"network"`
-	Mode        string   `json:"mode"`    // gossip, local, sync or offline
+	Mode        string   `json:"mode"`    // gossip, local, sync, diloco or offline
 	Profile     string   `json:"profile"` // local, lan or public; empty when offline
 	Fingerprint string   `json:"fingerprint"`
 	Version     string   `json:"version"`
