@@ -39,9 +39,10 @@ type averager struct {
 	// is 0.94 MB at the default size, and a fresh one for every frame
 	// cost about 5% of a node's CPU in zeroing and collection.
 	spare chan []float32
-	// judgedCatchUp: a pulled model was judged since the process started
-	// (taken or refused), which ends the starting node's relative catch-up
-	// (merge.ChoosePartner). Owned by run.
+	// judgedCatchUp: a model to catch up with was judged since the process
+	// started (pulled, or sent while we were starting; taken or refused),
+	// which ends the starting node's relative catch-up
+	// (merge.ChoosePartner, takeWhole). Owned by run.
 	judgedCatchUp bool
 
 	merges, catchups, timeouts, failed, dropped atomic.Int64
@@ -135,7 +136,7 @@ func (a *averager) run(ctx context.Context, send func(Event)) {
 		case <-ctx.Done():
 			return
 		case in := <-a.inbound:
-			a.merge(in.from, in.snap, true)
+			a.merge(in.from, in.snap, true, send)
 			a.recycle(in.snap.Params)
 		case r := <-a.reach.results:
 			if wait := a.reach.reached(r, time.Now()); wait > 0 {
@@ -187,7 +188,7 @@ func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send
 	a.exchange.Store(int64(a.pace.Exchange()))
 	a.answer.Store(int64(a.pace.Answer()))
 	a.precision(tm, send)
-	a.merge(p, remote, false)
+	a.merge(p, remote, false, send)
 	a.recycle(remote.Params)
 	return p
 }
@@ -225,9 +226,8 @@ func (a *averager) exchangeFailed(p peer.ID, err error) {
 	a.n.log.Debug("exchange failed", "peer", p, "err", err)
 }
 
-// catchUp replaces our model with the most advanced peer's: a node that
-// joins late or restarts far behind starts from the swarm's model instead
-// of dragging everyone back with its own.
+// catchUp pulls the model of best (merge.CatchUpSource's choice) and
+// takes it whole (adopt).
 func (a *averager) catchUp(ctx context.Context, best peer.ID, send func(Event)) {
 	n := a.n
 	pctx, cancel := context.WithTimeout(ctx, n.cfg.ExchangeTimeout)
@@ -239,15 +239,26 @@ func (a *averager) catchUp(ctx context.Context, best peer.ID, send func(Event)) 
 		}
 		return
 	}
-	d := a.core.DecideCatchUp(a.input(best, &remote))
-	a.judged(best, d)
+	a.adopt(best, remote, "pulled", send)
+}
+
+// adopt replaces our model with a peer's, if the merge core's catch-up
+// judgement allows: a node that joins late or restarts far behind starts
+// from the swarm's model instead of dragging everyone back with its own.
+// how says how the model came: pulled, or sent in an exchange while we
+// were starting (takeWhole). Either way the judgement ends the starting
+// node's relative catch-up.
+func (a *averager) adopt(from peer.ID, remote params.Snapshot, how string, send func(Event)) {
+	n := a.n
+	d := a.core.DecideCatchUp(a.input(from, &remote))
+	a.judged(from, d)
 	a.judgedCatchUp = true
 	if !d.Merge {
-		n.log.Warn("catch-up refused: the pulled model fails validation", "peer", best, "reason", d.Reason.String())
+		n.log.Warn("catch-up refused: the model fails validation", "peer", from, "how", how, "reason", d.Reason.String())
 		return
 	}
 	var before params.Progress
-	err = n.trainer.Apply(func(w, mom []float32, p *params.Progress) error {
+	err := n.trainer.Apply(func(w, mom []float32, p *params.Progress) error {
 		before = *p
 		copy(w, remote.Params)
 		clear(mom) // the momentum belonged to the model we dropped
@@ -256,26 +267,40 @@ func (a *averager) catchUp(ctx context.Context, best peer.ID, send func(Event)) 
 		return nil
 	})
 	if err != nil {
-		n.log.Warn("catch-up failed", "peer", best, "err", err)
+		n.log.Warn("catch-up failed", "peer", from, "err", err)
 		return
 	}
 	n.resetAverage()
 	n.tookIn(time.Now(), remote.Age, true)
 	s := n.trainer.Stats()
 	send(Event{Event: "catchup", Step: s.Steps, Progress: float64(s.Progress),
-		Message: fmt.Sprintf("pulled the model of %s (progress %.0f, ours was %.0f)", best, float64(remote.Progress), float64(before))})
+		Message: fmt.Sprintf("took the model of %s, %s (progress %.0f, ours was %.0f)", from, how, float64(remote.Progress), float64(before))})
 	// Counted once the event is out: whoever sees the count finds it.
 	a.catchups.Add(1)
 }
 
-// pullFirst reports whether a model at progress p, arriving before we
-// judged a pulled one, is one our next round would pull whole instead
-// (merge.CatchUpDue while starting).
-func (a *averager) pullFirst(p params.Progress) bool {
+// takeWhole reports whether a model at progress p, arriving in an
+// exchange before we judged a model to catch up with, is one we take whole
+// instead of merging it: our next round would pull a model that far ahead
+// (merge.CatchUpDue while starting), and p is not itself far behind the
+// most advanced peer we have heard of (that one, not this, is the model to
+// catch up with; its pull comes at our next round).
+func (a *averager) takeWhole(p params.Progress) bool {
 	if a.judgedCatchUp {
 		return false
 	}
-	return merge.CatchUpDue(float64(p), float64(a.n.trainer.Stats().Progress), a.n.cfg.CatchUp, true)
+	own, catchUp := float64(a.n.trainer.Stats().Progress), a.n.cfg.CatchUp
+	if !merge.CatchUpDue(float64(p), own, catchUp, true) {
+		return false
+	}
+	if a.n.ann != nil {
+		for _, q := range a.n.partners() {
+			if merge.CatchUpDue(q.Progress, float64(p), catchUp, true) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // input is what the merge core judges a remote model on: our model now,
@@ -304,15 +329,18 @@ func (a *averager) judged(from peer.ID, d merge.Decision) {
 // merge mixes a remote model into ours between two steps, as the merge
 // core decides: the weight is computed once, at the decision, and applied
 // to the live model.
-func (a *averager) merge(from peer.ID, remote params.Snapshot, inbound bool) {
+func (a *averager) merge(from peer.ID, remote params.Snapshot, inbound bool, send func(Event)) {
 	n := a.n
-	if inbound && a.pullFirst(remote.Progress) {
-		// A peer that heard of us before we heard of it sent its model:
-		// merged at the base weight it would lift our progress past the
-		// catch-up rule without our having pulled the swarm's model, and
-		// leave ours, untrained, in the mix.
-		n.log.Debug("inbound model not merged: starting far behind it, to pull the swarm's model first", "peer", from,
-			"progress", float64(remote.Progress))
+	if a.takeWhole(remote.Progress) {
+		// A peer that heard of us before we heard of it sent its model, or
+		// announced less progress than its model has: merged at the base
+		// weight, it would lift our progress past the catch-up rule with
+		// ours, untrained, in the mix, and we would never pull.
+		how := "sent to us"
+		if !inbound {
+			how = "in our exchange"
+		}
+		a.adopt(from, remote, how, send)
 		return
 	}
 	in := a.input(from, &remote)

@@ -46,7 +46,7 @@ func TestMergeKeepsNoReceivedVector(t *testing.T) {
 	for i, d := range []float64{0.05, 0.08, 0.5} { // the last one is clipped
 		remote := near(n, rng, d)
 		before, clipped := n.Merges(), n.TrustStats().Clipped
-		n.avg.merge("honest-a", remote, false)
+		n.avg.merge("honest-a", remote, false, discard)
 		if n.Merges() != before+1 {
 			t.Fatalf("merge %d (distance %v) not applied (trust stats %+v)", i, d, n.TrustStats())
 		}

@@ -61,6 +61,10 @@ func trustNode(t *testing.T, st store.Store) *Node {
 		t.Fatal(err)
 	}
 	n.avg = newAverager(n, core)
+	// Past its start: these tests are about merges, and a starting node
+	// takes a model far enough ahead of it whole instead
+	// (TestStartingNodeTakesAModelAheadWhole).
+	n.avg.judgedCatchUp = true
 	n.restoreBans()
 	for range 200 {
 		if _, err := n.trainer.Step(context.Background()); err != nil {
@@ -93,7 +97,7 @@ func warmUp(t *testing.T, n *Node, rng *rand.Rand, honest []peer.ID) {
 	t.Helper()
 	for i := range 40 {
 		p := honest[i%len(honest)]
-		n.avg.merge(p, near(n, rng, 0.05+0.05*rng.Float64()), false)
+		n.avg.merge(p, near(n, rng, 0.05+0.05*rng.Float64()), false, discard)
 	}
 	if got := n.Merges(); got != 40 {
 		t.Fatalf("%d of 40 honest merges applied (trust stats %+v)", got, n.TrustStats())
@@ -139,9 +143,9 @@ func TestTrustBansAttackersNotHonestPeers(t *testing.T) {
 				if exchanges > 20 {
 					t.Fatalf("not banned after 20 exchanges: %+v", n.trust.book.Peer(attacker.String(), time.Now()))
 				}
-				n.avg.merge(attacker, attack(n), false)
+				n.avg.merge(attacker, attack(n), false, discard)
 				// Honest peers go on meanwhile.
-				n.avg.merge(honest[exchanges%3], near(n, rng, 0.08), true)
+				n.avg.merge(honest[exchanges%3], near(n, rng, 0.08), true, discard)
 			}
 			t.Logf("%s banned after %d exchanges", name, exchanges)
 			if !n.refuseConn(attacker) {
@@ -187,7 +191,7 @@ func TestTrustRefusesALossJumpFromANewPeer(t *testing.T) {
 	for i := range s.Params {
 		s.Params[i] = float32(rng.NormFloat64() * 3)
 	}
-	n.avg.merge("stranger", s, false)
+	n.avg.merge("stranger", s, false, discard)
 	if n.Merges() != 0 {
 		t.Fatal("a model that ruins the holdout loss was merged")
 	}
@@ -206,7 +210,7 @@ func TestTrustClampsClaimedProgress(t *testing.T) {
 	own := n.trainer.Stats().Progress
 	s := near(n, rand.New(rand.NewPCG(5, 6)), 0.01)
 	s.Progress = 1e15
-	n.avg.merge("boaster", s, false)
+	n.avg.merge("boaster", s, false, discard)
 	if n.Merges() != 1 {
 		t.Fatalf("merge refused: %+v", n.TrustStats())
 	}
@@ -225,7 +229,7 @@ func TestTrustIgnoredPeerNotMerged(t *testing.T) {
 	if s := n.standing("shady"); s != reputation.Ignored {
 		t.Fatalf("standing %s after 3 outliers, want ignored", s)
 	}
-	n.avg.merge("shady", near(n, rng, 0.01), false)
+	n.avg.merge("shady", near(n, rng, 0.01), false, discard)
 	if n.Merges() != 0 || n.TrustStats().Refused["ignored"] != 1 {
 		t.Fatalf("merged a model from an ignored peer: %+v", n.TrustStats())
 	}
