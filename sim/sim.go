@@ -186,8 +186,9 @@ type node struct {
 	core *merge.Core
 	pace merge.Pace
 	last string // previous partner
-	// judgedCatchUp: a pulled model was judged in this session, as the
-	// node's averager records it.
+	// judgedCatchUp: a model to catch up with was judged in this session
+	// (pulled, or brought by an exchange while starting: takeWhole), as
+	// the node's averager records it.
 	judgedCatchUp bool
 
 	stepTime time.Duration
@@ -734,6 +735,10 @@ func (s *simulation) input(r, from *node, sn *snap) merge.Input {
 // the core decides the weight once, Merger.MergeAt applies it (momentum
 // per the merge rule), and the core hears that it landed.
 func (s *simulation) merge(r, from *node, sn *snap) {
+	if s.takeWhole(r, sn.s.Progress) {
+		s.catchUp(r, from, sn)
+		return
+	}
 	in := s.input(r, from, sn)
 	d := r.core.Decide(in)
 	if !d.Merge {
@@ -757,6 +762,24 @@ func (s *simulation) merge(r, from *node, sn *snap) {
 	r.merges++
 	s.res.Merges++
 	from.shared = max(from.shared, sn.samples)
+}
+
+// takeWhole is the node's rule for a model at progress p that an exchange
+// brings r while it is starting: taken whole, not merged, when r would
+// pull a model that far ahead, unless a live node is that far ahead of the
+// model too (the node's averager asks the peers it has heard of; here
+// every live node is one).
+func (s *simulation) takeWhole(r *node, p params.Progress) bool {
+	own, catchUp := float64(r.progress), s.cfg.CatchUp
+	if r.judgedCatchUp || !merge.CatchUpDue(float64(p), own, catchUp, true) {
+		return false
+	}
+	for _, q := range s.live {
+		if q != r && merge.CatchUpDue(float64(q.progress), float64(p), catchUp, true) {
+			return false
+		}
+	}
+	return true
 }
 
 // catchUp replaces a's model with b's whole, as the node's catch-up does:
