@@ -1,6 +1,7 @@
 package merge
 
 import (
+	"iter"
 	"math"
 	"slices"
 )
@@ -73,6 +74,25 @@ func ChoosePartner(cands []Candidate, own float64, last string, catchUp float64,
 // own. Never with a catch-up threshold of 0.
 func CatchUpDue(best, own, catchUp float64, starting bool) bool {
 	return catchUp > 0 && (best-own > catchUp || starting && best > startingFactor*own)
+}
+
+// TakeWhole reports whether a starting node at progress own takes whole a
+// model at progress p that an exchange brought it (sent to it, or the
+// answer to its own), rather than merge it: its next round would pull a
+// model that far ahead (CatchUpDue while starting), and no peer it knows
+// of (their progress: known) is that far ahead of the model too, for that
+// peer's is the model to pull. A merge of p cannot then lift the node past
+// the rule that peer still meets.
+func TakeWhole(p, own, catchUp float64, known iter.Seq[float64]) bool {
+	if !CatchUpDue(p, own, catchUp, true) {
+		return false
+	}
+	for q := range known {
+		if CatchUpDue(q, p, catchUp, true) {
+			return false
+		}
+	}
+	return true
 }
 
 // startingFactor: a starting node catches up with a peer that has more

@@ -198,3 +198,33 @@ func TestCatchUpDue(t *testing.T) {
 		}
 	}
 }
+
+func TestTakeWhole(t *testing.T) {
+	tests := []struct {
+		name      string
+		p, own    float64
+		threshold float64
+		known     []float64
+		want      bool
+	}{
+		{"more than twice ours, nobody known", 300, 100, 60000, nil, true},
+		{"more than twice ours, the known peers no further", 300, 100, 60000, []float64{250, 500}, true},
+		{"a known peer more than twice the model", 300, 100, 60000, []float64{250, 700}, false},
+		{"a known peer the threshold ahead of the model", 100000, 0, 60000, []float64{170000}, false},
+		{"not twice ours", 200, 100, 60000, nil, false},
+		{"the threshold ahead", 70000, 9000, 60000, []float64{75000}, true},
+		{"catch-up off", 300, 0, 0, nil, false},
+	}
+	for _, tt := range tests {
+		known := func(yield func(float64) bool) {
+			for _, q := range tt.known {
+				if !yield(q) {
+					return
+				}
+			}
+		}
+		if got := TakeWhole(tt.p, tt.own, tt.threshold, known); got != tt.want {
+			t.Errorf("%s: TakeWhole(%v, %v, %v, %v) = %v, want %v", tt.name, tt.p, tt.own, tt.threshold, tt.known, got, tt.want)
+		}
+	}
+}

@@ -281,26 +281,23 @@ func (a *averager) adopt(from peer.ID, remote params.Snapshot, how string, send 
 
 // takeWhole reports whether a model at progress p, arriving in an
 // exchange before we judged a model to catch up with, is one we take whole
-// instead of merging it: our next round would pull a model that far ahead
-// (merge.CatchUpDue while starting), and p is not itself far behind the
-// most advanced peer we have heard of (that one, not this, is the model to
-// catch up with; its pull comes at our next round).
+// instead of merging it (merge.TakeWhole, against the peers we have heard
+// of).
 func (a *averager) takeWhole(p params.Progress) bool {
 	if a.judgedCatchUp {
 		return false
 	}
-	own, catchUp := float64(a.n.trainer.Stats().Progress), a.n.cfg.CatchUp
-	if !merge.CatchUpDue(float64(p), own, catchUp, true) {
-		return false
-	}
-	if a.n.ann != nil {
+	known := func(yield func(float64) bool) {
+		if a.n.ann == nil {
+			return // offline: no peers
+		}
 		for _, q := range a.n.partners() {
-			if merge.CatchUpDue(q.Progress, float64(p), catchUp, true) {
-				return false
+			if !yield(q.Progress) {
+				return
 			}
 		}
 	}
-	return true
+	return merge.TakeWhole(float64(p), float64(a.n.trainer.Stats().Progress), a.n.cfg.CatchUp, known)
 }
 
 // input is what the merge core judges a remote model on: our model now,

@@ -765,21 +765,20 @@ func (s *simulation) merge(r, from *node, sn *snap) {
 }
 
 // takeWhole is the node's rule for a model at progress p that an exchange
-// brings r while it is starting: taken whole, not merged, when r would
-// pull a model that far ahead, unless a live node is that far ahead of the
-// model too (the node's averager asks the peers it has heard of; here
-// every live node is one).
+// brings r while it is starting (merge.TakeWhole), against every live node
+// (the node's averager asks the peers it has heard of).
 func (s *simulation) takeWhole(r *node, p params.Progress) bool {
-	own, catchUp := float64(r.progress), s.cfg.CatchUp
-	if r.judgedCatchUp || !merge.CatchUpDue(float64(p), own, catchUp, true) {
+	if r.judgedCatchUp {
 		return false
 	}
-	for _, q := range s.live {
-		if q != r && merge.CatchUpDue(float64(q.progress), float64(p), catchUp, true) {
-			return false
+	known := func(yield func(float64) bool) {
+		for _, q := range s.live {
+			if q != r && !yield(float64(q.progress)) {
+				return
+			}
 		}
 	}
-	return true
+	return merge.TakeWhole(float64(p), float64(r.progress), s.cfg.CatchUp, known)
 }
 
 // catchUp replaces a's model with b's whole, as the node's catch-up does:
