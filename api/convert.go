@@ -21,7 +21,7 @@ func statusFrom(s node.Status) StatusResponse {
 		Step: s.Step, Progress: s.Progress, Epoch: s.Epoch, Loss: s.Loss, TestAccuracy: s.TestAccuracy,
 		SamplesPerSec: s.SamplesPerSec, BusyFraction: s.BusyFraction, BusyS: s.BusyS, UptimeS: s.UptimeS,
 		NetworkWaitS: s.NetworkWaitS, Peers: s.Peers, Merges: s.Merges, PeerMerges: maps.Clone(s.PeerMerges),
-		LastMerge: mergeFrom(s.LastMerge), CatchUps: s.CatchUps, ExchangesStarted: s.ExchangesStarted,
+		LastMerge: mergeFrom(s.LastMerge), CatchUps: s.CatchUps, CatchUpClaimsCut: s.CatchUpClaimsCut, ExchangesStarted: s.ExchangesStarted,
 		ExchangeFailedShare: s.ExchangeFailedShare, ExchangesFailed: s.ExchangesFailed,
 		ModelAgeS: s.ModelAgeS, ExchangeS: s.ExchangeS, ExchangeAnswerS: s.ExchangeAnswerS, AvgWaitS: s.AvgWaitS,
 		WireDType:        s.WireDType,

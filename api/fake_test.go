@@ -65,7 +65,7 @@ func newFake() *fakeSource {
 			BusyFraction: 0.97, BusyS: 116.4, UptimeS: 120, NetworkWaitS: 0,
 			Peers: 2, Merges: 57, PeerMerges: map[string]int64{otherPeer: 30, thirdPeer: 27},
 			LastMerge: &node.MergeInfo{Partner: otherPeer, Staleness: 1.5, Weight: 0.3125, Inbound: true, Time: t0.Add(-time.Second)},
-			CatchUps:  1, ExchangesStarted: 45, ExchangeFailedShare: 0.04, ExchangesFailed: 4, ExchangeTimeouts: 1, InboundDropped: 2,
+			CatchUps:  1, CatchUpClaimsCut: 1, ExchangesStarted: 45, ExchangeFailedShare: 0.04, ExchangesFailed: 4, ExchangeTimeouts: 1, InboundDropped: 2,
 			Gossip: g, LastCheckpoint: &ckpt,
 			Reachability: &node.NodeReachability{
 				Reachability: node.Reachability{Status: "private", ReachableAddrs: []string{},

@@ -17,7 +17,7 @@ type collector struct {
 	src Source
 	log *slog.Logger
 
-	steps, samples, merges, catchUps, exchFailed, timeouts, inDropped                       *prometheus.Desc
+	steps, samples, merges, catchUps, claimsCut, exchFailed, timeouts, inDropped            *prometheus.Desc
 	rejected, bytesSent, bytesReceived, exchanges, refused, announces, pubsubBytes          *prometheus.Desc
 	peers, loss, accuracy, samplesPerSec, busyFraction, busySeconds, networkWait            *prometheus.Desc
 	progress, epoch, uptime, ckptStep, ckptTime, mergeStaleness, mergeWeight                *prometheus.Desc
@@ -37,6 +37,7 @@ func newCollector(src Source, log *slog.Logger) *collector {
 		samples:           d("samples_total", "Training samples processed by local steps."),
 		merges:            d("merges_total", "Merges of a peer's model into this one, both directions."),
 		catchUps:          d("catch_ups_total", "Times this node replaced its model with a far-ahead peer's."),
+		claimsCut:         d("catch_up_claims_cut_total", "Catch-ups whose model claimed more progress than any other peer did: credited less."),
 		exchFailed:        d("exchanges_failed_total", "Exchanges this node started that failed."),
 		exchStarted:       d("exchanges_started_total", "Exchanges and pulls this node started."),
 		failedShare:       d("exchange_failed_share", "Share of the latest 100 exchanges this node started that failed, in [0,1]."),
@@ -85,7 +86,7 @@ func newCollector(src Source, log *slog.Logger) *collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.steps, c.samples, c.merges, c.catchUps, c.exchFailed, c.timeouts, c.inDropped,
+		c.steps, c.samples, c.merges, c.catchUps, c.claimsCut, c.exchFailed, c.timeouts, c.inDropped,
 		c.rejected, c.bytesSent, c.bytesReceived, c.exchanges, c.refused, c.announces, c.pubsubBytes,
 		c.peers, c.loss, c.accuracy, c.samplesPerSec, c.busyFraction, c.busySeconds, c.networkWait,
 		c.progress, c.epoch, c.uptime, c.ckptStep, c.ckptTime, c.mergeStaleness, c.mergeWeight,
@@ -125,6 +126,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(c.merges, float64(st.Merges))
 	counter(c.catchUps, float64(st.CatchUps))
+	counter(c.claimsCut, float64(st.CatchUpClaimsCut))
 	counter(c.exchFailed, float64(st.ExchangesFailed))
 	counter(c.exchStarted, float64(st.ExchangesStarted))
 	gauge(c.failedShare, st.ExchangeFailedShare)

@@ -74,6 +74,7 @@ func TestMetricsNamesTypesAndValues(t *testing.T) {
 		"meshtrain_exchanges_failed_total":       dto.MetricType_COUNTER,
 		"meshtrain_exchanges_total":              dto.MetricType_COUNTER,
 		"meshtrain_catch_ups_total":              dto.MetricType_COUNTER,
+		"meshtrain_catch_up_claims_cut_total":    dto.MetricType_COUNTER,
 		"meshtrain_network_wait_seconds_total":   dto.MetricType_COUNTER,
 		"meshtrain_busy_seconds_total":           dto.MetricType_COUNTER,
 		"meshtrain_peers":                        dto.MetricType_GAUGE,

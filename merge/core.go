@@ -26,7 +26,7 @@ type Config struct {
 	Batch int
 	// CatchUp: a peer may not claim more progress than this many samples
 	// above ours (a model further ahead is pulled whole, not blended), and
-	// the most advanced peer is pulled when it is that far ahead; 0
+	// the catch-up source is pulled when it is that far ahead; 0
 	// disables both.
 	CatchUp float64
 	// Trust turns the checks on; off, every finite model of our

@@ -28,8 +28,9 @@ type Choice struct {
 // nor refused one) and a source of random
 // indices (intn(k) in [0,k)):
 //
-//   - the most advanced peer, to pull its model, when it is more than the
-//     catch-up threshold ahead of us, or, while we are starting, when it
+//   - the catch-up source (CatchUpSource: the second most advanced peer),
+//     to pull its model, when it is more than the catch-up threshold ahead
+//     of us, or, while we are starting, when it
 //     has more than twice our progress: a node that joins late or restarts
 //     far behind starts from the swarm's model instead of dragging
 //     everyone back with its own. The threshold is a gap in samples, which
@@ -47,14 +48,8 @@ func ChoosePartner(cands []Candidate, own float64, last string, catchUp float64,
 	if len(cands) == 0 {
 		return Choice{}
 	}
-	best := cands[0]
-	for _, c := range cands[1:] {
-		if c.Progress > best.Progress {
-			best = c
-		}
-	}
-	if CatchUpDue(best.Progress, own, catchUp, starting) {
-		return Choice{Peer: best.Peer, CatchUp: true}
+	if src := CatchUpSource(cands); CatchUpDue(src.Progress, own, catchUp, starting) {
+		return Choice{Peer: src.Peer, CatchUp: true}
 	}
 	pool := slices.Clone(cands)
 	if len(pool) > 1 {
@@ -68,6 +63,49 @@ func ChoosePartner(cands []Candidate, own float64, last string, catchUp float64,
 	return Choice{Peer: pool[intn(len(pool))].Peer}
 }
 
+// CatchUpSource is the peer a catch-up pulls among cands (not empty): the
+// second most advanced, or the only one. A claim of progress is a peer's
+// word, and the most advanced claim may be a lie (a peer claiming ever
+// more would otherwise be pulled whole, round after round, by every
+// node); the second most advanced is a claim that another peer matches or
+// beats, so one liar among the peers cannot make a node pull at all. Two
+// that collude can. The honest swarm loses little: its models stay within
+// a few percent of each other's progress, so the second most advanced is
+// close behind the first.
+func CatchUpSource(cands []Candidate) Candidate {
+	first, second, two := cands[0], Candidate{}, false
+	for _, c := range cands[1:] {
+		switch {
+		case c.Progress > first.Progress:
+			first, second = c, first
+		case !two || c.Progress > second.Progress:
+			second = c
+		}
+		two = true
+	}
+	if !two {
+		return first
+	}
+	return second
+}
+
+// Credit is the progress a node at own credits a model it takes whole
+// (a catch-up) that claims p: p, up to the highest claim of the other
+// peers it has heard of (others: their progress, the model's sender not
+// among them) or the catch-up threshold above own (the bound of a merge),
+// whichever is higher. A claim no other peer corroborates buys what a
+// merge would; so a liar's claim cannot travel through a node that took
+// its model and then announces it, making two claims that agree.
+func Credit(p, own, catchUp float64, others iter.Seq[float64]) float64 {
+	bound := own + catchUp
+	for q := range others {
+		if !math.IsNaN(q) {
+			bound = max(bound, q)
+		}
+	}
+	return min(p, bound)
+}
+
 // CatchUpDue reports whether a node at progress own pulls a model at
 // progress best whole rather than merge it (ChoosePartner's rule): best is
 // more than catchUp ahead, or, while the node is starting, more than twice
@@ -79,20 +117,20 @@ func CatchUpDue(best, own, catchUp float64, starting bool) bool {
 // TakeWhole reports whether a starting node at progress own takes whole a
 // model at progress p that an exchange brought it (sent to it, or the
 // answer to its own), rather than merge it: its next round would pull a
-// model that far ahead (CatchUpDue while starting), and no peer it knows
-// of (their progress: known) is that far ahead of the model too, for that
-// peer's is the model to pull. A merge of p cannot then lift the node past
-// the rule that peer still meets.
+// model that far ahead (CatchUpDue while starting), and the peer its next
+// round would pull instead (the catch-up source among the peers it knows
+// of, their progress: known) is not that far ahead of the model too, for
+// then that peer's is the model to pull. A merge of p cannot then lift the
+// node past the rule that peer still meets.
 func TakeWhole(p, own, catchUp float64, known iter.Seq[float64]) bool {
 	if !CatchUpDue(p, own, catchUp, true) {
 		return false
 	}
+	var cands []Candidate
 	for q := range known {
-		if CatchUpDue(q, p, catchUp, true) {
-			return false
-		}
+		cands = append(cands, Candidate{Progress: q})
 	}
-	return true
+	return len(cands) == 0 || !CatchUpDue(CatchUpSource(cands).Progress, p, catchUp, true)
 }
 
 // startingFactor: a starting node catches up with a peer that has more

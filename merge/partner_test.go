@@ -2,6 +2,7 @@ package merge
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"testing"
 )
@@ -60,11 +61,12 @@ func TestChoosePartnerCatchUp(t *testing.T) {
 		last  string
 		want  Choice
 	}{
-		{"the most advanced", []Candidate{{"a", 1500}, {"b", 9000}, {"c", 3000}}, 1000, "", Choice{Peer: "b", CatchUp: true}},
-		{"even the previous partner", []Candidate{{"a", 1500}, {"b", 9000}}, 1000, "b", Choice{Peer: "b", CatchUp: true}},
+		{"the second most advanced", []Candidate{{"a", 1500}, {"b", 9000}, {"c", 3000}}, 1000, "", Choice{Peer: "c", CatchUp: true}},
+		{"even the previous partner", []Candidate{{"a", 5000}, {"b", 9000}}, 1000, "a", Choice{Peer: "a", CatchUp: true}},
 		{"the only one", []Candidate{{"a", 2001}}, 1000, "", Choice{Peer: "a", CatchUp: true}},
-		{"ties: the first", []Candidate{{"a", 1500}, {"b", 9000}, {"c", 9000}}, 1000, "", Choice{Peer: "b", CatchUp: true}},
-		{"with peers far behind too", []Candidate{{"a", 0}, {"b", 30000}}, 10000, "", Choice{Peer: "b", CatchUp: true}},
+		{"ties: the later", []Candidate{{"a", 1500}, {"b", 9000}, {"c", 9000}}, 1000, "", Choice{Peer: "c", CatchUp: true}},
+		{"the second most advanced before the first", []Candidate{{"a", 9000}, {"b", 1500}, {"c", 3000}}, 1000, "", Choice{Peer: "c", CatchUp: true}},
+		{"with peers far behind too", []Candidate{{"a", 0}, {"b", 30000}, {"c", 30000}}, 10000, "", Choice{Peer: "c", CatchUp: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -74,9 +76,61 @@ func TestChoosePartnerCatchUp(t *testing.T) {
 		})
 	}
 	// Exactly the threshold ahead is not "more than": an exchange.
-	got := draws(t, []Candidate{{"a", 2000}, {"b", 1500}}, 1000, "", 1000, 10)
+	got := draws(t, []Candidate{{"a", 2000}, {"b", 2000}}, 1000, "", 1000, 10)
 	if got["a"] == 0 || got["b"] == 0 {
 		t.Errorf("at the threshold: chose %v, want exchanges with both", got)
+	}
+	// One peer claiming far more than the others (a liar, or one far
+	// faster) is not pulled: nobody else corroborates its claim.
+	got = draws(t, []Candidate{{"a", 1e12}, {"b", 1500}, {"c", 1200}}, 1000, "", 1000, 30)
+	if got["a"] == 0 || got["b"] == 0 || got["c"] == 0 {
+		t.Errorf("one peer far ahead: chose %v, want exchanges with all three", got)
+	}
+}
+
+// TestCatchUpSource: the second most advanced of the candidates, or the
+// only one, whatever their order.
+func TestCatchUpSource(t *testing.T) {
+	tests := []struct {
+		cands []Candidate
+		want  string
+	}{
+		{[]Candidate{{"a", 5}}, "a"},
+		{[]Candidate{{"a", 5}, {"b", 9}}, "a"},
+		{[]Candidate{{"a", 9}, {"b", 5}}, "b"},
+		{[]Candidate{{"a", 1}, {"b", 9}, {"c", 5}, {"d", 2}}, "c"},
+		{[]Candidate{{"a", 9}, {"b", 1}, {"c", 2}, {"d", 5}}, "d"},
+		{[]Candidate{{"a", 5}, {"b", 1}, {"c", 9}}, "a"},
+		{[]Candidate{{"a", 7}, {"b", 7}, {"c", 1}}, "b"},
+		{[]Candidate{{"a", 0}, {"b", 0}, {"c", 0}}, "b"},
+	}
+	for _, tt := range tests {
+		if got := CatchUpSource(tt.cands); got.Peer != tt.want {
+			t.Errorf("CatchUpSource(%v) = %v, want %s", tt.cands, got, tt.want)
+		}
+	}
+}
+
+// TestCredit: a model taken whole is credited its claim up to the highest
+// claim another peer makes, or up to the catch-up threshold above ours.
+func TestCredit(t *testing.T) {
+	tests := []struct {
+		name        string
+		p, own, gap float64
+		others      []float64
+		want        float64
+	}{
+		{"corroborated", 500_000, 0, 60_000, []float64{510_000, 200_000}, 500_000},
+		{"above every other claim", 1e12, 0, 60_000, []float64{510_000, 200_000}, 510_000},
+		{"nobody else heard of: a merge's bound", 1e12, 1000, 60_000, nil, 61_000},
+		{"others below the merge's bound", 1e12, 1000, 60_000, []float64{30_000}, 61_000},
+		{"under the merge's bound", 50_000, 1000, 60_000, nil, 50_000},
+		{"a NaN claim is no claim", 1e12, 1000, 60_000, []float64{math.NaN()}, 61_000},
+	}
+	for _, tt := range tests {
+		if got := Credit(tt.p, tt.own, tt.gap, slices.Values(tt.others)); got != tt.want {
+			t.Errorf("%s: Credit(%v, %v, %v, %v) = %v, want %v", tt.name, tt.p, tt.own, tt.gap, tt.others, got, tt.want)
+		}
 	}
 }
 
@@ -93,9 +147,10 @@ func TestChoosePartnerStarting(t *testing.T) {
 		threshold float64
 		want      Choice // zero: an exchange, not a catch-up
 	}{
-		{"untrained newcomer", 0, true, 60000, Choice{Peer: "b", CatchUp: true}},
-		{"under half the best", 2999, true, 60000, Choice{Peer: "b", CatchUp: true}},
-		{"exactly half", 3000, true, 60000, Choice{}},
+		{"untrained newcomer", 0, true, 60000, Choice{Peer: "a", CatchUp: true}},
+		{"under half the source", 2499, true, 60000, Choice{Peer: "a", CatchUp: true}},
+		{"exactly half", 2500, true, 60000, Choice{}},
+		{"under half the best only", 2999, true, 60000, Choice{}},
 		{"above half", 4500, true, 60000, Choice{}},
 		{"started already", 0, false, 60000, Choice{}},
 		{"catch-up off", 0, true, 0, Choice{}},
@@ -209,7 +264,8 @@ func TestTakeWhole(t *testing.T) {
 	}{
 		{"more than twice ours, nobody known", 300, 100, 60000, nil, true},
 		{"more than twice ours, the known peers no further", 300, 100, 60000, []float64{250, 500}, true},
-		{"a known peer more than twice the model", 300, 100, 60000, []float64{250, 700}, false},
+		{"two known peers more than twice the model", 300, 100, 60000, []float64{650, 700}, false},
+		{"one known peer more than twice the model: uncorroborated", 300, 100, 60000, []float64{250, 700}, true},
 		{"a known peer the threshold ahead of the model", 100000, 0, 60000, []float64{170000}, false},
 		{"not twice ours", 200, 100, 60000, nil, false},
 		{"the threshold ahead", 70000, 9000, 60000, []float64{75000}, true},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,8 +46,8 @@ type averager struct {
 	// (merge.ChoosePartner, takeWhole). Owned by run.
 	judgedCatchUp bool
 
-	merges, catchups, timeouts, failed, dropped atomic.Int64
-	last                                        atomic.Pointer[MergeInfo]
+	merges, catchups, claimsCut, timeouts, failed, dropped atomic.Int64
+	last                                                   atomic.Pointer[MergeInfo]
 
 	mu      sync.Mutex
 	perPeer map[peer.ID]int64 // merges per partner, both directions
@@ -257,12 +258,14 @@ func (a *averager) adopt(from peer.ID, remote params.Snapshot, how string, send 
 		n.log.Warn("catch-up refused: the model fails validation", "peer", from, "how", how, "reason", d.Reason.String())
 		return
 	}
-	var before params.Progress
+	others := a.claims(from)
+	var before, credited params.Progress
 	err := n.trainer.Apply(func(w, mom []float32, p *params.Progress) error {
 		before = *p
+		credited = params.Progress(merge.Credit(float64(remote.Progress), float64(before), n.cfg.CatchUp, slices.Values(others)))
 		copy(w, remote.Params)
 		clear(mom) // the momentum belonged to the model we dropped
-		*p = remote.Progress
+		*p = credited
 		n.replaced.Add(1) // and so did the slow momentum
 		return nil
 	})
@@ -273,10 +276,34 @@ func (a *averager) adopt(from peer.ID, remote params.Snapshot, how string, send 
 	n.resetAverage()
 	n.tookIn(time.Now(), remote.Age, true)
 	s := n.trainer.Stats()
+	progress := fmt.Sprintf("progress %.0f", float64(credited))
+	if credited < remote.Progress {
+		n.log.Warn("catch-up: the model's claimed progress is more than any other peer's: credited less",
+			"peer", from, "claimed", float64(remote.Progress), "credited", float64(credited))
+		progress = fmt.Sprintf("progress %.0f of the %.0f it claims", float64(credited), float64(remote.Progress))
+	}
 	send(Event{Event: "catchup", Step: s.Steps, Progress: float64(s.Progress),
-		Message: fmt.Sprintf("took the model of %s, %s (progress %.0f, ours was %.0f)", from, how, float64(remote.Progress), float64(before))})
+		Message: fmt.Sprintf("took the model of %s, %s (%s, ours was %.0f)", from, how, progress, float64(before))})
 	// Counted once the event is out: whoever sees the count finds it.
+	if credited < remote.Progress {
+		a.claimsCut.Add(1)
+	}
 	a.catchups.Add(1)
+}
+
+// claims is the progress the peers we have heard of claim, but from's
+// (merge.Credit's others).
+func (a *averager) claims(from peer.ID) []float64 {
+	if a.n.ann == nil {
+		return nil // offline: no peers
+	}
+	var out []float64
+	for _, q := range a.n.partners() {
+		if q.Peer != from {
+			out = append(out, q.Progress)
+		}
+	}
+	return out
 }
 
 // takeWhole reports whether a model at progress p, arriving in an

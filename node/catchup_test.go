@@ -8,7 +8,7 @@ import (
 )
 
 // TestLateJoinerCatchesUp: a node that joins after the others are far
-// ahead pulls the most advanced model instead of merging its own young one
+// ahead pulls the swarm's model instead of merging its own young one
 // into theirs, and then merges normally.
 //
 // The joiner must see the others before they start exchanging with it, or
@@ -46,19 +46,21 @@ func TestLateJoinerCatchesUp(t *testing.T) {
 	cfg.Host.Bootstrap = bootstrapOff(t, early[0].Node)
 	late := newMeshNode(t, cfg, nil)
 	late.start(t)
-	eventually(t, time.Minute, "the late node to catch up", func() bool { return late.Status().CatchUps >= 1 })
-	merges := late.Status().Merges
-	ev := late.Events("catchup")
-	if len(ev) == 0 {
-		t.Fatal("CatchUps counted but no catchup event")
-	}
 	// Its own steps account for Step x batch samples; the rest came with
-	// the pulled model.
-	own := float64(ev[0].Step * int64(cfg.Train.Batch))
-	t.Logf("caught up at step %d: progress %.0f, of which %.0f from its own steps (%s)", ev[0].Step, ev[0].Progress, own, ev[0].Message)
-	if ev[0].Progress-own < catchUp {
-		t.Errorf("progress %.0f after catching up at step %d: the jump is under %d samples", ev[0].Progress, ev[0].Step, catchUp)
+	// the pulled models. A pull when the joiner had heard of one early
+	// node only is credited catchUp above its own progress (no other peer
+	// corroborated the claim), and the gap rule pulls again at its next
+	// round: the last catch-up brings the rest.
+	jump := func(e node.Event) float64 { return e.Progress - float64(e.Step*int64(cfg.Train.Batch)) }
+	var ev []node.Event
+	eventually(t, time.Minute, "the late node to catch up", func() bool {
+		ev = late.Events("catchup")
+		return len(ev) > 0 && jump(ev[len(ev)-1]) >= ahead/2
+	})
+	for _, e := range ev {
+		t.Logf("caught up at step %d: progress %.0f, %.0f above its own steps (%s)", e.Step, e.Progress, jump(e), e.Message)
 	}
+	merges := late.Status().Merges
 
 	eventually(t, time.Minute, "the late node to merge after catching up", func() bool {
 		return late.Status().Merges >= merges+3

@@ -86,9 +86,10 @@ type Config struct {
 	ExchangeTimeout time.Duration
 	// Merger is the merge rule: alpha, staleness function, momentum policy.
 	Merger averaging.Merger
-	// CatchUp: when the most advanced fresh peer is ahead of us by more
-	// than this many samples of progress, pull its model instead of
-	// merging (a late joiner or a node restarted far behind). 0 disables.
+	// CatchUp: when the second most advanced fresh peer (a claim another
+	// peer corroborates; merge.CatchUpSource) is ahead of us by more than
+	// this many samples of progress, pull its model instead of merging (a
+	// late joiner or a node restarted far behind). 0 disables.
 	CatchUp float64
 	// LRScaling: whether gossip scales the learning rate by how often the
 	// node merges (the default) or by its speed (lrscale.go).

@@ -37,6 +37,10 @@ type Status struct {
 	PeerMerges map[string]int64 `json:"peer_merges"`
 	LastMerge  *MergeInfo       `json:"last_merge,omitempty"`
 	CatchUps   int64            `json:"catch_ups"`
+	// CatchUpClaimsCut counts the catch-ups whose model claimed more
+	// progress than any other peer we heard of (and more than a merge
+	// credits): the model was taken, its claim credited only that far.
+	CatchUpClaimsCut int64 `json:"catch_up_claims_cut"`
 	// ExchangesStarted counts the exchanges and pulls this node started,
 	// ExchangesFailed those that failed; ExchangeFailedShare is the share
 	// of the latest 100 started that failed.
@@ -156,7 +160,7 @@ func (n *Node) Status() Status {
 		Gossip:       n.counters.Snapshot(), LastCheckpoint: n.rep.lastCkpt.Load(), Trust: n.TrustStats(),
 	}
 	if a := n.avg; a != nil {
-		st.Merges, st.LastMerge, st.CatchUps = a.merges.Load(), a.last.Load(), a.catchups.Load()
+		st.Merges, st.LastMerge, st.CatchUps, st.CatchUpClaimsCut = a.merges.Load(), a.last.Load(), a.catchups.Load(), a.claimsCut.Load()
 		st.ExchangesFailed, st.ExchangeTimeouts, st.InboundDropped = a.failed.Load(), a.timeouts.Load(), a.dropped.Load()
 		st.ExchangesStarted, st.ExchangeFailedShare = a.reach.started.Load(), a.reach.failedShare()
 		st.ExchangeS, st.AvgWaitS = time.Duration(a.exchange.Load()).Seconds(), time.Duration(a.wait.Load()).Seconds()

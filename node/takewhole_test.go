@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/meshtrain/meshtrain/params"
 )
 
 // discard is a send for events a test does not look at.
@@ -85,5 +87,36 @@ func TestStartingNodeRefusingAModelAheadEndsItsStart(t *testing.T) {
 	n.avg.merge("level", near(n, rng, 0.01), true, discard)
 	if n.Merges() != 1 {
 		t.Fatalf("after the refusal a model level with ours was not merged: %+v", n.TrustStats())
+	}
+}
+
+// TestCatchUpCreditsAnUncorroboratedClaimAsAMerge: a model taken whole that
+// claims more progress than any other peer the node heard of (here none:
+// the node is offline) is credited as a merge would be, the catch-up
+// threshold above ours; the event says what it claimed and the status
+// counts the cut. A liar's claim then cannot travel on through the node.
+func TestCatchUpCreditsAnUncorroboratedClaimAsAMerge(t *testing.T) {
+	n := trustNode(t, nil)
+	n.avg.judgedCatchUp = false
+	rng := rand.New(rand.NewPCG(15, 16))
+	var events []Event
+	send := func(e Event) { events = append(events, e) }
+	own := n.trainer.Stats().Progress
+	boast := near(n, rng, 0.02)
+	boast.Progress = 1e12
+	want := slices.Clone(boast.Params)
+	n.avg.merge("boaster", boast, true, send)
+	got := n.trainer.SnapshotInto(nil)
+	if n.avg.catchups.Load() != 1 || !slices.Equal(got.Params, want) {
+		t.Fatalf("a model claiming 1e12: catch-ups %d, model taken %v; want it taken whole", n.avg.catchups.Load(), slices.Equal(got.Params, want))
+	}
+	if credit := own + params.Progress(n.cfg.CatchUp); got.Progress != credit {
+		t.Fatalf("progress %v after taking a model claiming 1e12 (ours was %v); want %v", got.Progress, own, credit)
+	}
+	if st := n.Status(); st.CatchUpClaimsCut != 1 || st.CatchUps != 1 {
+		t.Fatalf("status: catch-ups %d, claims cut %d; want 1 and 1", st.CatchUps, st.CatchUpClaimsCut)
+	}
+	if i := slices.IndexFunc(events, func(e Event) bool { return e.Event == "catchup" }); i < 0 || !strings.Contains(events[i].Message, "of the 1000000000000 it claims") {
+		t.Fatalf("events %+v; want a catchup saying what the model claimed", events)
 	}
 }

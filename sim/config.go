@@ -162,8 +162,8 @@ type Config struct {
 	// its steps per merge, merge.MergeRate) or LRScalingNone.
 	LRScaling string
 	// CatchUp is the node's catch-up threshold in samples (>= 0, 0: off):
-	// a node that far behind the most advanced peer it knows pulls its
-	// model whole.
+	// a node that far behind the second most advanced peer it knows
+	// (merge.CatchUpSource) pulls its model whole.
 	CatchUp float64
 	// Latency is the one-way delay between any two nodes, >= 0.
 	Latency time.Duration

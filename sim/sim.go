@@ -782,7 +782,8 @@ func (s *simulation) takeWhole(r *node, p params.Progress) bool {
 }
 
 // catchUp replaces a's model with b's whole, as the node's catch-up does:
-// the momentum belonged to the model dropped.
+// the momentum belonged to the model dropped, and the progress credited is
+// merge.Credit's (against every live node but the two).
 func (s *simulation) catchUp(a, b *node, sn *snap) {
 	d := a.core.DecideCatchUp(s.input(a, b, sn))
 	a.judgedCatchUp = true
@@ -796,7 +797,14 @@ func (s *simulation) catchUp(a, b *node, sn *snap) {
 	if a.slow != nil {
 		a.slow.Reset() // the slow momentum belonged to it too
 	}
-	a.progress = sn.s.Progress
+	others := func(yield func(float64) bool) {
+		for _, q := range s.live {
+			if q != a && q != b && !yield(float64(q.progress)) {
+				return
+			}
+		}
+	}
+	a.progress = params.Progress(merge.Credit(float64(sn.s.Progress), float64(a.progress), s.cfg.CatchUp, others))
 	a.tookIn(s.now, sn.s.Age, true)
 	s.res.CatchUps++
 	b.shared = max(b.shared, sn.samples)

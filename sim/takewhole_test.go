@@ -10,21 +10,22 @@ import (
 
 // TestSimStartingNodeTakesAModelAheadWhole: as the node's averager does,
 // a starting node takes whole a model an exchange brings it that it would
-// pull, unless a live node is that far ahead of that model too; the
-// judgement ends its start.
+// pull, unless the node it would pull instead (the second most advanced
+// live node) is that far ahead of that model too; the judgement ends its
+// start. The progress credited is the claim up to another node's.
 func TestSimStartingNodeTakesAModelAheadWhole(t *testing.T) {
 	c := small()
-	c.Nodes = 3
+	c.Nodes = 4
 	c.Duration = 5 * time.Second
 	c.CatchUp = 60000
 	s := simulate(t, c)
-	if len(s.live) != 3 {
-		t.Fatalf("%d live nodes at the end, want 3", len(s.live))
+	if len(s.live) != 4 {
+		t.Fatalf("%d live nodes at the end, want 4", len(s.live))
 	}
-	r, from, other := s.live[0], s.live[1], s.live[2]
-	setup := func(otherProgress params.Progress) snap {
+	r, from, other, third := s.live[0], s.live[1], s.live[2], s.live[3]
+	setup := func(otherProgress, thirdProgress params.Progress) snap {
 		r.judgedCatchUp, r.progress = false, 100
-		from.progress, other.progress = 400, otherProgress
+		from.progress, other.progress, third.progress = 400, otherProgress, thirdProgress
 		sn := s.snapshot(from)
 		for i := range sn.s.Params {
 			sn.s.Params[i] += 1e-3 // a model other than ours
@@ -32,7 +33,7 @@ func TestSimStartingNodeTakesAModelAheadWhole(t *testing.T) {
 		return sn
 	}
 
-	sn := setup(500)
+	sn := setup(500, 300)
 	want := slices.Clone(sn.s.Params)
 	before := s.res.CatchUps
 	s.merge(r, from, &sn)
@@ -42,11 +43,35 @@ func TestSimStartingNodeTakesAModelAheadWhole(t *testing.T) {
 	}
 	s.release(&sn)
 
-	sn = setup(5000) // a live node far ahead of the model: pull that one
+	// A claim above every other node's is credited as far as the highest
+	// of the others', or as a merge would (the catch-up threshold above
+	// ours), whichever is higher.
+	for _, tt := range []struct{ other, want params.Progress }{{70000, 70000}, {300, 100 + 60000}} {
+		sn = setup(tt.other, 200)
+		sn.s.Progress = 1e9
+		want = slices.Clone(sn.s.Params)
+		s.merge(r, from, &sn)
+		if !r.judgedCatchUp || r.progress != tt.want || !slices.Equal(r.w, want) {
+			t.Fatalf("a model claiming 1e9, another node at %v: judged %v, progress %v; want it taken whole at %v",
+				tt.other, r.judgedCatchUp, r.progress, tt.want)
+		}
+		s.release(&sn)
+	}
+
+	// One live node far ahead of the model, the rest not: nobody
+	// corroborates its claim, so the model is taken.
+	sn = setup(5000, 300)
+	s.merge(r, from, &sn)
+	if !r.judgedCatchUp || r.progress != 400 {
+		t.Fatalf("one live node far ahead of the model: judged %v, progress %v; want the model taken whole", r.judgedCatchUp, r.progress)
+	}
+	s.release(&sn)
+
+	sn = setup(5000, 6000) // two live nodes far ahead of the model: pull one of them
 	before, merges := s.res.CatchUps, s.res.Merges
 	s.merge(r, from, &sn)
 	if s.res.CatchUps != before || r.judgedCatchUp || s.res.Merges != merges+1 {
-		t.Fatalf("a model far behind another live node: catch-ups %d -> %d, merges %d -> %d, judged %v; want it merged",
+		t.Fatalf("a model far behind two other live nodes: catch-ups %d -> %d, merges %d -> %d, judged %v; want it merged",
 			before, s.res.CatchUps, merges, s.res.Merges, r.judgedCatchUp)
 	}
 	s.release(&sn)
