@@ -54,16 +54,21 @@ const (
 	// exchanges with every peer as fast as it can (floodWorkers at once),
 	// on top of behaving honestly. Default 200.
 	AdversaryFlood = "flood"
+	// AdversaryBoast claims strength times its progress, in its
+	// announcements and in the models it sends (which are honest), so
+	// that its peers pull its model whole (a catch-up) and credit the
+	// claim. Default 1000.
+	AdversaryBoast = "boast"
 )
 
 // AdversaryKinds lists the kinds.
 var AdversaryKinds = []string{AdversaryNoise, AdversarySignFlip, AdversaryScale, AdversaryNaN, AdversaryReplay,
-	AdversaryWrongDim, AdversaryFlood}
+	AdversaryWrongDim, AdversaryFlood, AdversaryBoast}
 
 // defaultStrength is each kind's strength when none is given.
 var defaultStrength = map[string]float64{
 	AdversaryNoise: 1, AdversarySignFlip: 1, AdversaryScale: 10, AdversaryNaN: 0.01,
-	AdversaryReplay: 5, AdversaryWrongDim: 1, AdversaryFlood: 200,
+	AdversaryReplay: 5, AdversaryWrongDim: 1, AdversaryFlood: 200, AdversaryBoast: 1000,
 }
 
 // The unlock gate: this exact variable and value must be in the
@@ -154,6 +159,10 @@ func (a Adversary) check() error {
 	case AdversaryNoise, AdversarySignFlip, AdversaryFlood:
 		if s <= 0 {
 			return bad("> 0")
+		}
+	case AdversaryBoast:
+		if s <= 1 {
+			return bad("> 1")
 		}
 	case AdversaryScale:
 		if s == 1 {
@@ -282,8 +291,19 @@ func (a *attacker) attack(s params.Snapshot) params.Snapshot {
 		}
 		out.Params = replayed(&a.replay, s.Params, now.Sub(a.start) >= time.Duration(a.adv.Strength*float64(time.Second)))
 		a.mu.Unlock()
+	case AdversaryBoast:
+		out.Progress = params.Progress(a.adv.Strength * float64(s.Progress))
 	}
 	return out
+}
+
+// announced is the announcement the node publishes in place of an: an
+// itself on an honest node; a boaster claims its boast there too.
+func (n *Node) announced(an gossip.Announcement) gossip.Announcement {
+	if a := n.hooks.adv; a != nil && a.adv.Kind == AdversaryBoast {
+		an.Progress *= a.adv.Strength
+	}
+	return an
 }
 
 // tamper is the kind's hook on encoded frames, or nil.

@@ -52,6 +52,10 @@ func TestParseAdversary(t *testing.T) {
 		{"flood", "", Adversary{"flood", 200}, ""},
 		{"flood", "abc", Adversary{}, "not a number"},
 		{"flood", "0", Adversary{}, "> 0"},
+		{"boast", "", Adversary{"boast", 1000}, ""},
+		{"boast", "2", Adversary{"boast", 2}, ""},
+		{"boast", "1", Adversary{}, "> 1"},
+		{"boast", "0.5", Adversary{}, "> 1"},
 		{"bogus", "", Adversary{}, `adversary "bogus": want one of`},
 	} {
 		got, err := ParseAdversary(tc.kind, tc.strength)
@@ -198,10 +202,25 @@ func TestAttackTransforms(t *testing.T) {
 			t.Errorf("%s: frame hook set %v", kind, hook != nil)
 		}
 	}
-	for _, kind := range []string{AdversaryNoise, AdversarySignFlip, AdversaryScale, AdversaryReplay} {
+	for _, kind := range []string{AdversaryNoise, AdversarySignFlip, AdversaryScale, AdversaryReplay, AdversaryBoast} {
 		if newAttacker(Adversary{Kind: kind, Strength: defaultStrength[kind]}, 1, time.Now).tamper(1) != nil {
 			t.Errorf("%s tampers with frames", kind)
 		}
+	}
+	// A boaster sends its model as it is, claiming strength times its
+	// progress, and announces that claim too.
+	b := newAttacker(Adversary{Kind: AdversaryBoast, Strength: 1000}, 1, time.Now)
+	if out := b.attack(snap); &out.Params[0] != &src[0] || out.Progress != 1000*snap.Progress || out.Step != snap.Step {
+		t.Errorf("boast: sent progress %v and step %d (the vector shared: %v); want %v, %d and the vector as it is",
+			out.Progress, out.Step, &out.Params[0] == &src[0], 1000*snap.Progress, snap.Step)
+	}
+	nd := &Node{}
+	if got := nd.announced(gossip.Announcement{Progress: 384, Samples: 500}); got.Progress != 384 || got.Samples != 500 {
+		t.Errorf("an honest node announced %+v", got)
+	}
+	nd.hooks.adv = b
+	if got := nd.announced(gossip.Announcement{Progress: 384, Samples: 500}); got.Progress != 384000 || got.Samples != 500 {
+		t.Errorf("a boaster announced progress %v and samples %v; want 384000 and 500", got.Progress, got.Samples)
 	}
 }
 

@@ -361,10 +361,10 @@ func (n *Node) tookIn(now time.Time, age time.Duration, replace bool) {
 
 func (n *Node) announcement() gossip.Announcement {
 	s := n.trainer.Stats()
-	return gossip.Announcement{Step: s.Steps, Progress: float64(s.Progress), Loss: f64(&n.rep.lastLoss),
+	return n.announced(gossip.Announcement{Step: s.Steps, Progress: float64(s.Progress), Loss: f64(&n.rep.lastLoss),
 		Accuracy: f64(&n.rep.lastAcc), SamplesPerSec: s.SamplesPerSec, Mode: string(n.cfg.Mode),
 		Samples: float64(s.Samples), RunSamples: n.runPosition(time.Now(), float64(s.Samples)),
-		AgeS: n.modelAge(time.Now()).Seconds()}
+		AgeS: n.modelAge(time.Now()).Seconds()})
 }
 
 func f64(a *atomic.Uint64) float64       { return math.Float64frombits(a.Load()) }

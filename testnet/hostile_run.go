@@ -522,6 +522,10 @@ loop:
 		rctx, cancel := context.WithTimeout(ctx, apiTimeout)
 		if st, err := cl.Status(rctx); err == nil {
 			status[i] = st.TestAccuracy
+			if i < honest {
+				run.HonestCatchUps += st.CatchUps
+				run.HonestClaimsCut += st.CatchUpClaimsCut
+			}
 		}
 		cancel()
 	}

@@ -61,7 +61,8 @@ func registerNodeHooks(fs *flag.FlagSet) nodeHooks {
 		kind: fs.String("adversary", "", "TEST SWARMS ONLY: this node attacks its peers, KIND [default strength X]: "+
 			"noise [1] sends params + N(0,(X*rms)^2) noise, signflip [1] -X*params, scale [10] X*params, nan [0.01] a fraction X of the values NaN, "+
 			"replay [5] the model of X s after start forever under its current progress, wrongdim [1] X more elements (fewer if negative), "+
-			"flood [200] X announcements/s and back-to-back exchanges with every peer; refused unless the environment has "+
+			"flood [200] X announcements/s and back-to-back exchanges with every peer, boast [1000] claims X times its progress; "+
+			"refused unless the environment has "+
 			node.UnlockAdversaryEnv+"="+node.UnlockAdversaryValue),
 		strength: fs.String("adversary-strength", "", "strength X of --adversary (empty: the kind's default)"),
 	}
