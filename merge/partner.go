@@ -21,8 +21,11 @@ type Choice struct {
 	CatchUp bool
 }
 
-// ChoosePartner picks the round's partner among cands (ordered by peer,
-// as the announce table returns them), given our progress, the previous
+// ChoosePartner picks the round's partner among cands (the peers we can
+// exchange with now, ordered by peer as the announce table returns them),
+// given every peer we have heard of (heard: the catch-up source is chosen
+// among them, and pulled only if it is among cands; nil: cands), our
+// progress, the previous
 // partner, the catch-up threshold (0: never), whether we are starting
 // (have judged no pulled model since our process started: neither taken
 // nor refused one) and a source of random
@@ -44,11 +47,18 @@ type Choice struct {
 //     of it may be stale, and a peer we stop choosing is one we stop
 //     judging (a node that is starting over is spared outlier verdicts by
 //     the core instead; see startingOver).
-func ChoosePartner(cands []Candidate, own float64, last string, catchUp float64, starting bool, intn func(int) int) Choice {
+func ChoosePartner(cands, heard []Candidate, own float64, last string, catchUp float64, starting bool, intn func(int) int) Choice {
 	if len(cands) == 0 {
 		return Choice{}
 	}
-	if src := CatchUpSource(cands); CatchUpDue(src.Progress, own, catchUp, starting) {
+	if heard == nil {
+		heard = cands
+	}
+	// The source among every peer heard of: among the reachable ones
+	// alone, one peer we reach (a liar that dialled us) would be the
+	// second most advanced of none.
+	if src := CatchUpSource(heard); CatchUpDue(src.Progress, own, catchUp, starting) &&
+		slices.ContainsFunc(cands, func(c Candidate) bool { return c.Peer == src.Peer }) {
 		return Choice{Peer: src.Peer, CatchUp: true}
 	}
 	pool := slices.Clone(cands)
@@ -104,6 +114,14 @@ func Credit(p, own, catchUp float64, others iter.Seq[float64]) float64 {
 		}
 	}
 	return min(p, bound)
+}
+
+// ClaimCut reports whether a credit (Credit) cut a claim by more than the
+// lag of honest announcements: a peer's model has trained on since the
+// claims it is credited against were announced, so a claim above them by
+// less than a peer ahead of us leads by (aheadOf) is not worth a warning.
+func ClaimCut(claim, credited, catchUp float64) bool {
+	return aheadOf(claim, credited, catchUp)
 }
 
 // CatchUpDue reports whether a node at progress own pulls a model at

@@ -36,7 +36,7 @@ func draws(t *testing.T, cands []Candidate, own float64, last string, threshold 
 	intn := counter(t)
 	got := map[string]int{}
 	for range n {
-		c := ChoosePartner(cands, own, last, threshold, false, intn)
+		c := ChoosePartner(cands, nil, own, last, threshold, false, intn)
 		if c.CatchUp || c.Peer == "" {
 			t.Fatalf("got %+v, want an exchange partner", c)
 		}
@@ -47,7 +47,7 @@ func draws(t *testing.T, cands []Candidate, own float64, last string, threshold 
 
 func TestChoosePartnerNone(t *testing.T) {
 	for _, cands := range [][]Candidate{nil, {}} {
-		if c := ChoosePartner(cands, 100, "a", 1000, false, noDraw(t)); c != (Choice{}) {
+		if c := ChoosePartner(cands, nil, 100, "a", 1000, false, noDraw(t)); c != (Choice{}) {
 			t.Errorf("no candidates: %+v, want none", c)
 		}
 	}
@@ -70,7 +70,7 @@ func TestChoosePartnerCatchUp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if c := ChoosePartner(tt.cands, tt.own, tt.last, 1000, false, noDraw(t)); c != tt.want {
+			if c := ChoosePartner(tt.cands, nil, tt.own, tt.last, 1000, false, noDraw(t)); c != tt.want {
 				t.Errorf("got %+v, want %+v", c, tt.want)
 			}
 		})
@@ -157,7 +157,7 @@ func TestChoosePartnerStarting(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := ChoosePartner(cands, tt.own, "", tt.threshold, tt.starting, counter(t))
+			c := ChoosePartner(cands, nil, tt.own, "", tt.threshold, tt.starting, counter(t))
 			if tt.want.CatchUp {
 				if c != tt.want {
 					t.Errorf("got %+v, want %+v", c, tt.want)
@@ -169,7 +169,7 @@ func TestChoosePartnerStarting(t *testing.T) {
 	}
 	// Nobody has progress yet (a swarm's first round): an exchange.
 	zero := []Candidate{{"a", 0}, {"b", 0}}
-	if c := ChoosePartner(zero, 0, "", 60000, true, counter(t)); c.CatchUp || c.Peer == "" {
+	if c := ChoosePartner(zero, nil, 0, "", 60000, true, counter(t)); c.CatchUp || c.Peer == "" {
 		t.Errorf("all at zero: got %+v, want an exchange", c)
 	}
 }
@@ -282,5 +282,43 @@ func TestTakeWhole(t *testing.T) {
 		if got := TakeWhole(tt.p, tt.own, tt.threshold, known); got != tt.want {
 			t.Errorf("%s: TakeWhole(%v, %v, %v, %v) = %v, want %v", tt.name, tt.p, tt.own, tt.threshold, tt.known, got, tt.want)
 		}
+	}
+}
+
+// TestClaimCut: a cut is worth counting when it exceeds what a peer ahead
+// leads by: 10% of the credit, or half the threshold when that is less.
+func TestClaimCut(t *testing.T) {
+	for _, tt := range []struct {
+		claim, credited, gap float64
+		want                 bool
+	}{
+		{1e12, 61000, 60000, true},
+		{105_000, 100_000, 60000, false},
+		{111_000, 100_000, 60000, true},
+		{1_029_000, 1_000_000, 60000, false},
+		{1_031_000, 1_000_000, 60000, true},
+		{100, 100, 60000, false},
+	} {
+		if got := ClaimCut(tt.claim, tt.credited, tt.gap); got != tt.want {
+			t.Errorf("ClaimCut(%v, %v, %v) = %v, want %v", tt.claim, tt.credited, tt.gap, got, tt.want)
+		}
+	}
+}
+
+// TestChoosePartnerSourceAmongHeard: the catch-up source is the second most
+// advanced of every peer heard of, and it is pulled only when we can reach
+// it: one peer we reach that claims far more than the peers we heard of
+// (but cannot reach yet) is not pulled.
+func TestChoosePartnerSourceAmongHeard(t *testing.T) {
+	heard := []Candidate{{"a", 1e12}, {"b", 1500}, {"c", 1200}}
+	if c := ChoosePartner([]Candidate{{"a", 1e12}}, heard, 1000, "", 1000, false, counter(t)); c != (Choice{Peer: "a"}) {
+		t.Errorf("the liar the only peer reached: got %+v, want an exchange with it", c)
+	}
+	heard = []Candidate{{"a", 9000}, {"b", 8000}, {"c", 1200}}
+	if c := ChoosePartner([]Candidate{{"a", 9000}, {"c", 1200}}, heard, 1000, "", 1000, false, counter(t)); c.CatchUp {
+		t.Errorf("the source not reached: got %+v, want an exchange", c)
+	}
+	if c := ChoosePartner([]Candidate{{"b", 8000}, {"c", 1200}}, heard, 1000, "", 1000, false, noDraw(t)); c != (Choice{Peer: "b", CatchUp: true}) {
+		t.Errorf("the source reached: got %+v, want a pull of b", c)
 	}
 }

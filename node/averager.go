@@ -155,8 +155,13 @@ func (a *averager) run(ctx context.Context, send func(Event)) {
 // returns the partner.
 func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send func(Event)) peer.ID {
 	n := a.n
-	cands := a.reach.candidates(n.partners(), time.Now())
-	c := merge.ChoosePartner(cands, float64(n.trainer.Stats().Progress), last.String(), n.cfg.CatchUp, !a.judgedCatchUp, rng.IntN)
+	partners := n.partners()
+	heard := make([]merge.Candidate, len(partners))
+	for i, q := range partners {
+		heard[i] = merge.Candidate{Peer: q.Peer.String(), Progress: q.Progress}
+	}
+	cands := a.reach.candidates(partners, time.Now())
+	c := merge.ChoosePartner(cands, heard, float64(n.trainer.Stats().Progress), last.String(), n.cfg.CatchUp, !a.judgedCatchUp, rng.IntN)
 	if c.Peer == "" {
 		return last
 	}
@@ -227,20 +232,20 @@ func (a *averager) exchangeFailed(p peer.ID, err error) {
 	a.n.log.Debug("exchange failed", "peer", p, "err", err)
 }
 
-// catchUp pulls the model of best (merge.CatchUpSource's choice) and
+// catchUp pulls the model of src (merge.CatchUpSource's choice) and
 // takes it whole (adopt).
-func (a *averager) catchUp(ctx context.Context, best peer.ID, send func(Event)) {
+func (a *averager) catchUp(ctx context.Context, src peer.ID, send func(Event)) {
 	n := a.n
 	pctx, cancel := context.WithTimeout(ctx, n.cfg.ExchangeTimeout)
-	remote, err := n.svc.Pull(pctx, best)
+	remote, err := n.svc.Pull(pctx, src)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			a.exchangeFailed(best, err)
+			a.exchangeFailed(src, err)
 		}
 		return
 	}
-	a.adopt(best, remote, "pulled", send)
+	a.adopt(src, remote, "pulled", send)
 }
 
 // adopt replaces our model with a peer's, if the merge core's catch-up
@@ -277,7 +282,8 @@ func (a *averager) adopt(from peer.ID, remote params.Snapshot, how string, send 
 	n.tookIn(time.Now(), remote.Age, true)
 	s := n.trainer.Stats()
 	progress := fmt.Sprintf("progress %.0f", float64(credited))
-	if credited < remote.Progress {
+	cut := merge.ClaimCut(float64(remote.Progress), float64(credited), n.cfg.CatchUp)
+	if cut {
 		n.log.Warn("catch-up: the model's claimed progress is more than any other peer's: credited less",
 			"peer", from, "claimed", float64(remote.Progress), "credited", float64(credited))
 		progress = fmt.Sprintf("progress %.0f of the %.0f it claims", float64(credited), float64(remote.Progress))
@@ -285,7 +291,7 @@ func (a *averager) adopt(from peer.ID, remote params.Snapshot, how string, send 
 	send(Event{Event: "catchup", Step: s.Steps, Progress: float64(s.Progress),
 		Message: fmt.Sprintf("took the model of %s, %s (%s, ours was %.0f)", from, how, progress, float64(before))})
 	// Counted once the event is out: whoever sees the count finds it.
-	if credited < remote.Progress {
+	if cut {
 		a.claimsCut.Add(1)
 	}
 	a.catchups.Add(1)

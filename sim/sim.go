@@ -616,7 +616,7 @@ func (s *simulation) nextRound(n *node) {
 // catch-up pull.
 func (s *simulation) round(n *node) {
 	cands := s.candidates(n)
-	c := merge.ChoosePartner(cands, float64(n.progress), n.last, s.cfg.CatchUp, !n.judgedCatchUp, s.rng.IntN)
+	c := merge.ChoosePartner(cands, nil, float64(n.progress), n.last, s.cfg.CatchUp, !n.judgedCatchUp, s.rng.IntN)
 	if c.Peer == "" {
 		s.nextRound(n)
 		return

@@ -58,7 +58,7 @@ func runNodeCmd(ctx context.Context, e *env, args []string) int {
 		"weight of a peer's model ahead of ours: fresh (the base weight) or pull (1 - a0 * f(our own staleness as the peer measures it): both sides land where the peer does)")
 	lrScaling := fs.String("lr-scaling", string(d.LRScaling),
 		"gossip: merges (scale the learning rate by up to 2x while merges come every few local steps: sqrt(48 / steps per merge)), speed (by the median announced samples/s over ours, so every node's data moves the swarm alike) or none")
-	catchUp := fs.Float64("catch-up", d.CatchUp, "pull the model of a peer ahead by more than this many samples (0: never)")
+	catchUp := fs.Float64("catch-up", d.CatchUp, "pull the model of the second most advanced peer when it is ahead by more than this many samples (0: never)")
 	trust := fs.Bool("trust", d.Trust.Enabled,
 		"gossip mode: score peers, clip their models to an adaptive radius, refuse outliers and models that hurt a holdout, ban attackers (false: merge every well-formed model)")
 	holdout := fs.Int("holdout", d.Trust.Holdout, "samples of the local shard candidate merges are validated on (with --trust)")

@@ -71,7 +71,7 @@ func simConfig(e *env, args []string) (cfg sim.Config, out string, code int, ok 
 	lag := fs.String("staleness-lag", d.Merger.Lag.String(), "staleness measure: relative, steps or age (default: the node's)")
 	momentum := fs.String("momentum-policy", d.Merger.Momentum.String(), "momentum on merge: keep, reset or mix (default: the node's)")
 	ahead := fs.String("staleness-ahead", d.Merger.Ahead.String(), "weight of a model ahead of ours: fresh or pull (default: the node's)")
-	catchUp := fs.Float64("catch-up", d.CatchUp, "pull the model of a peer ahead by more than this many samples (0: never; default: the node's)")
+	catchUp := fs.Float64("catch-up", d.CatchUp, "pull the model of the second most advanced peer when it is ahead by more than this many samples (0: never; default: the node's)")
 	lrScaling := fs.String("lr-scaling", d.LRScaling, "merges (each node scales its learning rate by sqrt(48 / its steps per merge), within [1, 2]) or none (default: the node's)")
 	outerEvery := fs.Int("outer-every", d.OuterEvery, "local steps between two slow-momentum steps of a node (0: none; default: the node's)")
 	outerLR := fs.Float64("outer-lr", d.OuterLR, "slow momentum: outer learning rate (default: the node's)")
