@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -74,5 +75,66 @@ func TestFinalCheckpointStaysTheNewest(t *testing.T) {
 		if in.Step == 2 {
 			t.Errorf("the queued checkpoint at step 2 was written after the final one was due: %+v", infos)
 		}
+	}
+}
+
+// failFinal is a store whose writes of a final checkpoint fail.
+type failFinal struct{ store.Store }
+
+func (f failFinal) Save(ctx context.Context, c *store.Checkpoint) (store.Info, error) {
+	if c.Final {
+		return store.Info{}, errors.New("disk full")
+	}
+	return f.Store.Save(ctx, c)
+}
+
+// TestFailedFinalCheckpointKeepsTheQueuedOne: a periodic checkpoint still
+// queued when the final one is saved is dropped only if the final one is
+// written; when that write fails, the queued one is written on close, so
+// the store still gets the newest state it can.
+func TestFailedFinalCheckpointKeepsTheQueuedOne(t *testing.T) {
+	st, err := store.Open(t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	meta := map[string]string{MetaFingerprint: strings.Repeat("ab", 32)}
+	c := newCheckpointer(failFinal{st}, meta, slog.New(slog.DiscardHandler), func(Event) {}, nil)
+	state := func(step int64) checkpointState {
+		return checkpointState{TrainerState: TrainerState{Params: []float32{float32(step)}, Step: step}}
+	}
+	// Hold the lock so the writer cannot take step 2 before the final
+	// save does: the writer takes step 1 and waits, step 2 stays queued.
+	c.mu.Lock()
+	c.offer(state(1))
+	deadline := time.Now().Add(time.Minute)
+	for len(c.pending) > 0 {
+		if time.Now().After(deadline) {
+			c.mu.Unlock()
+			t.Fatal("the writer never took the first checkpoint")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.offer(state(2))
+	done := make(chan error, 1)
+	go func() { done <- c.saveNow(context.Background(), state(3), true) }()
+	for len(c.pending) > 0 {
+		if time.Now().After(deadline) {
+			c.mu.Unlock()
+			t.Fatal("the final save never took the queued checkpoint")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.mu.Unlock()
+	if err := <-done; err == nil {
+		t.Fatal("the final save into a failing store returned no error")
+	}
+	c.close()
+	infos, err := st.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) == 0 || infos[0].Step != 2 {
+		t.Fatalf("checkpoints, newest first: %+v; want the queued one at step 2 the newest", infos)
 	}
 }

@@ -271,18 +271,31 @@ func (c *checkpointer) offer(s checkpointState) {
 // saveNow writes s synchronously (after any write in flight). A state
 // offered before it and not yet written is dropped, never written after
 // it: the final checkpoint stays the store's newest, so a node that
-// stops resumes from it, not from an older periodic one.
+// stops resumes from it, not from an older periodic one. If s cannot be
+// written, the dropped state is queued again: it is still newer than any
+// the store holds, and close writes it.
 func (c *checkpointer) saveNow(ctx context.Context, s checkpointState, final bool) error {
 	if c.st == nil {
 		return nil
 	}
 	c.seq++
 	seq := c.seq
+	var dropped *queuedState
 	select {
-	case <-c.pending:
+	case q := <-c.pending:
+		dropped = &q
 	default:
 	}
-	return c.save(ctx, s, final, seq)
+	err := c.save(ctx, s, final, seq)
+	if err != nil && dropped != nil {
+		// Run's goroutine is the only one that queues, so the slot is
+		// free: the writer only takes from it.
+		select {
+		case c.pending <- *dropped:
+		default:
+		}
+	}
+	return err
 }
 
 // save writes s, taken as the seq-th state, unless a newer one has been
