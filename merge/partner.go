@@ -51,15 +51,28 @@ func ChoosePartner(cands, heard []Candidate, own float64, last string, catchUp f
 	if len(cands) == 0 {
 		return Choice{}
 	}
-	if heard == nil {
+	if len(heard) == 0 {
 		heard = cands
 	}
 	// The source among every peer heard of: among the reachable ones
 	// alone, one peer we reach (a liar that dialled us) would be the
-	// second most advanced of none.
-	if src := CatchUpSource(heard); CatchUpDue(src.Progress, own, catchUp, starting) &&
-		slices.ContainsFunc(cands, func(c Candidate) bool { return c.Peer == src.Peer }) {
-		return Choice{Peer: src.Peer, CatchUp: true}
+	// second most advanced of none. If we cannot reach it, the most
+	// advanced peer we reach whose claim is no higher: two others claim
+	// at least as much.
+	if src := CatchUpSource(heard); CatchUpDue(src.Progress, own, catchUp, starting) {
+		var pull Candidate
+		for _, c := range cands {
+			if c.Peer == src.Peer {
+				pull = c
+				break
+			}
+			if c.Progress <= src.Progress && (pull.Peer == "" || c.Progress > pull.Progress) {
+				pull = c
+			}
+		}
+		if pull.Peer != "" && CatchUpDue(pull.Progress, own, catchUp, starting) {
+			return Choice{Peer: pull.Peer, CatchUp: true}
+		}
 	}
 	pool := slices.Clone(cands)
 	if len(pool) > 1 {
@@ -117,11 +130,11 @@ func Credit(p, own, catchUp float64, others iter.Seq[float64]) float64 {
 }
 
 // ClaimCut reports whether a credit (Credit) cut a claim by more than the
-// lag of honest announcements: a peer's model has trained on since the
-// claims it is credited against were announced, so a claim above them by
-// less than a peer ahead of us leads by (aheadOf) is not worth a warning.
+// catch-up threshold: more than a merge would. A peer's model has trained
+// on, and merged, since the claims it is credited against were announced,
+// so honest models are often cut by some; not by that much.
 func ClaimCut(claim, credited, catchUp float64) bool {
-	return aheadOf(claim, credited, catchUp)
+	return claim-credited > catchUp
 }
 
 // CatchUpDue reports whether a node at progress own pulls a model at
@@ -137,9 +150,12 @@ func CatchUpDue(best, own, catchUp float64, starting bool) bool {
 // answer to its own), rather than merge it: its next round would pull a
 // model that far ahead (CatchUpDue while starting), and the peer its next
 // round would pull instead (the catch-up source among the peers it knows
-// of, their progress: known) is not that far ahead of the model too, for
-// then that peer's is the model to pull. A merge of p cannot then lift the
-// node past the rule that peer still meets.
+// of, their progress: known, the sender's included) is not that far ahead
+// of the model too, for then that peer's is the model to pull. A merge of
+// p cannot then lift the node past the rule that peer still meets. Nor is
+// a model taken whole whose claim is ahead of the source's (aheadOf)
+// when the node knows of two peers or more: no other peer corroborates
+// it, and a merge clamps it.
 func TakeWhole(p, own, catchUp float64, known iter.Seq[float64]) bool {
 	if !CatchUpDue(p, own, catchUp, true) {
 		return false
@@ -148,7 +164,11 @@ func TakeWhole(p, own, catchUp float64, known iter.Seq[float64]) bool {
 	for q := range known {
 		cands = append(cands, Candidate{Progress: q})
 	}
-	return len(cands) == 0 || !CatchUpDue(CatchUpSource(cands).Progress, p, catchUp, true)
+	if len(cands) == 0 {
+		return true
+	}
+	src := CatchUpSource(cands).Progress
+	return !CatchUpDue(src, p, catchUp, true) && (len(cands) < 2 || !aheadOf(p, src, catchUp))
 }
 
 // startingFactor: a starting node catches up with a peer that has more

@@ -263,9 +263,12 @@ func TestTakeWhole(t *testing.T) {
 		want      bool
 	}{
 		{"more than twice ours, nobody known", 300, 100, 60000, nil, true},
-		{"more than twice ours, the known peers no further", 300, 100, 60000, []float64{250, 500}, true},
+		{"more than twice ours, the known peers no further", 300, 100, 60000, []float64{280, 500}, true},
+		{"a claim ahead of the source: no other peer corroborates it", 300, 100, 60000, []float64{250, 500}, false},
+		{"a claim far above every known peer's", 1e12, 100, 60000, []float64{1e12, 100_000, 90_000}, false},
+		{"a claim far above the only known peer's", 1e12, 100, 60000, []float64{1e12}, true},
 		{"two known peers more than twice the model", 300, 100, 60000, []float64{650, 700}, false},
-		{"one known peer more than twice the model: uncorroborated", 300, 100, 60000, []float64{250, 700}, true},
+		{"one known peer more than twice the model: uncorroborated", 300, 100, 60000, []float64{290, 700}, true},
 		{"a known peer the threshold ahead of the model", 100000, 0, 60000, []float64{170000}, false},
 		{"not twice ours", 200, 100, 60000, nil, false},
 		{"the threshold ahead", 70000, 9000, 60000, []float64{75000}, true},
@@ -285,8 +288,7 @@ func TestTakeWhole(t *testing.T) {
 	}
 }
 
-// TestClaimCut: a cut is worth counting when it exceeds what a peer ahead
-// leads by: 10% of the credit, or half the threshold when that is less.
+// TestClaimCut: a cut is worth counting when it exceeds the threshold.
 func TestClaimCut(t *testing.T) {
 	for _, tt := range []struct {
 		claim, credited, gap float64
@@ -294,9 +296,8 @@ func TestClaimCut(t *testing.T) {
 	}{
 		{1e12, 61000, 60000, true},
 		{105_000, 100_000, 60000, false},
-		{111_000, 100_000, 60000, true},
-		{1_029_000, 1_000_000, 60000, false},
-		{1_031_000, 1_000_000, 60000, true},
+		{160_000, 100_000, 60000, false},
+		{160_001, 100_000, 60000, true},
 		{100, 100, 60000, false},
 	} {
 		if got := ClaimCut(tt.claim, tt.credited, tt.gap); got != tt.want {

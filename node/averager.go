@@ -45,6 +45,9 @@ type averager struct {
 	// which ends the starting node's relative catch-up
 	// (merge.ChoosePartner, takeWhole). Owned by run.
 	judgedCatchUp bool
+	// heard replaces the peers heard of (Node.partners) for claims and
+	// takeWhole when set: tests set it on an offline node.
+	heard func() []gossip.PeerInfo
 
 	merges, catchups, claimsCut, timeouts, failed, dropped atomic.Int64
 	last                                                   atomic.Pointer[MergeInfo]
@@ -282,11 +285,17 @@ func (a *averager) adopt(from peer.ID, remote params.Snapshot, how string, send 
 	n.tookIn(time.Now(), remote.Age, true)
 	s := n.trainer.Stats()
 	progress := fmt.Sprintf("progress %.0f", float64(credited))
+	// A claim cut when we heard of no other peer is credited as a merge
+	// would: no evidence of a lie (a swarm of two, a newcomer that has
+	// heard of its bootstrap peer only), so neither counted nor warned of.
 	cut := merge.ClaimCut(float64(remote.Progress), float64(credited), n.cfg.CatchUp)
+	if cut {
+		progress = fmt.Sprintf("progress %.0f of the %.0f it claims", float64(credited), float64(remote.Progress))
+	}
+	cut = cut && len(others) > 0
 	if cut {
 		n.log.Warn("catch-up: the model's claimed progress is more than any other peer's: credited less",
 			"peer", from, "claimed", float64(remote.Progress), "credited", float64(credited))
-		progress = fmt.Sprintf("progress %.0f of the %.0f it claims", float64(credited), float64(remote.Progress))
 	}
 	send(Event{Event: "catchup", Step: s.Steps, Progress: float64(s.Progress),
 		Message: fmt.Sprintf("took the model of %s, %s (%s, ours was %.0f)", from, how, progress, float64(before))})
@@ -297,14 +306,22 @@ func (a *averager) adopt(from peer.ID, remote params.Snapshot, how string, send 
 	a.catchups.Add(1)
 }
 
+// partners are the peers we have heard of (Node.partners; none offline).
+func (a *averager) partners() []gossip.PeerInfo {
+	switch {
+	case a.heard != nil:
+		return a.heard()
+	case a.n.ann == nil:
+		return nil // offline: no peers
+	}
+	return a.n.partners()
+}
+
 // claims is the progress the peers we have heard of claim, but from's
 // (merge.Credit's others).
 func (a *averager) claims(from peer.ID) []float64 {
-	if a.n.ann == nil {
-		return nil // offline: no peers
-	}
 	var out []float64
-	for _, q := range a.n.partners() {
+	for _, q := range a.partners() {
 		if q.Peer != from {
 			out = append(out, q.Progress)
 		}
@@ -321,10 +338,7 @@ func (a *averager) takeWhole(p params.Progress) bool {
 		return false
 	}
 	known := func(yield func(float64) bool) {
-		if a.n.ann == nil {
-			return // offline: no peers
-		}
-		for _, q := range a.n.partners() {
+		for _, q := range a.partners() {
 			if !yield(q.Progress) {
 				return
 			}

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/meshtrain/meshtrain/gossip"
 	"github.com/meshtrain/meshtrain/params"
 )
 
@@ -90,33 +93,77 @@ func TestStartingNodeRefusingAModelAheadEndsItsStart(t *testing.T) {
 	}
 }
 
+// heard is an announce table's peers with these claims.
+func heard(claims map[peer.ID]float64) []gossip.PeerInfo {
+	var out []gossip.PeerInfo
+	for p, q := range claims {
+		out = append(out, gossip.PeerInfo{Announcement: gossip.Announcement{Peer: p, Progress: q}})
+	}
+	return out
+}
+
 // TestCatchUpCreditsAnUncorroboratedClaimAsAMerge: a model taken whole that
-// claims more progress than any other peer the node heard of (here none:
-// the node is offline) is credited as a merge would be, the catch-up
-// threshold above ours; the event says what it claimed and the status
-// counts the cut. A liar's claim then cannot travel on through the node.
+// claims more progress than any other peer the node heard of is credited
+// up to the highest of their claims, or as a merge would be (the catch-up
+// threshold above ours) when that is more; the event says what it
+// claimed. A cut is counted when other peers' claims show it (not when
+// the node heard of none: a swarm of two). And a starting node that heard
+// of two peers or more merges, not takes, a model whose claim is ahead of
+// the peer it would pull.
 func TestCatchUpCreditsAnUncorroboratedClaimAsAMerge(t *testing.T) {
-	n := trustNode(t, nil)
-	n.avg.judgedCatchUp = false
-	rng := rand.New(rand.NewPCG(15, 16))
-	var events []Event
-	send := func(e Event) { events = append(events, e) }
-	own := n.trainer.Stats().Progress
-	boast := near(n, rng, 0.02)
-	boast.Progress = 1e12
-	want := slices.Clone(boast.Params)
-	n.avg.merge("boaster", boast, true, send)
-	got := n.trainer.SnapshotInto(nil)
-	if n.avg.catchups.Load() != 1 || !slices.Equal(got.Params, want) {
-		t.Fatalf("a model claiming 1e12: catch-ups %d, model taken %v; want it taken whole", n.avg.catchups.Load(), slices.Equal(got.Params, want))
+	boast := func(n *Node, rng *rand.Rand) params.Snapshot {
+		s := near(n, rng, 0.02)
+		s.Progress = 1e12
+		return s
 	}
-	if credit := own + params.Progress(n.cfg.CatchUp); got.Progress != credit {
-		t.Fatalf("progress %v after taking a model claiming 1e12 (ours was %v); want %v", got.Progress, own, credit)
+	caughtUp := func(t *testing.T, n *Node, events []Event, want params.Snapshot, progress params.Progress, cut int64) {
+		t.Helper()
+		got := n.trainer.SnapshotInto(nil)
+		if n.avg.catchups.Load() != 1 || !slices.Equal(got.Params, want.Params) || got.Progress != progress {
+			t.Fatalf("a model claiming 1e12: catch-ups %d, model taken %v, progress %v; want it taken whole at %v",
+				n.avg.catchups.Load(), slices.Equal(got.Params, want.Params), got.Progress, progress)
+		}
+		if st := n.Status(); st.CatchUpClaimsCut != cut {
+			t.Fatalf("claims cut %d; want %d", st.CatchUpClaimsCut, cut)
+		}
+		if i := slices.IndexFunc(events, func(e Event) bool { return e.Event == "catchup" }); i < 0 || !strings.Contains(events[i].Message, "of the 1000000000000 it claims") {
+			t.Fatalf("events %+v; want a catchup saying what the model claimed", events)
+		}
 	}
-	if st := n.Status(); st.CatchUpClaimsCut != 1 || st.CatchUps != 1 {
-		t.Fatalf("status: catch-ups %d, claims cut %d; want 1 and 1", st.CatchUps, st.CatchUpClaimsCut)
-	}
-	if i := slices.IndexFunc(events, func(e Event) bool { return e.Event == "catchup" }); i < 0 || !strings.Contains(events[i].Message, "of the 1000000000000 it claims") {
-		t.Fatalf("events %+v; want a catchup saying what the model claimed", events)
-	}
+
+	t.Run("no other peer heard of", func(t *testing.T) {
+		n := trustNode(t, nil)
+		n.avg.judgedCatchUp = false
+		rng := rand.New(rand.NewPCG(15, 16))
+		var events []Event
+		own := n.trainer.Stats().Progress
+		m := boast(n, rng)
+		want := params.Snapshot{Params: slices.Clone(m.Params)}
+		n.avg.merge("boaster", m, true, func(e Event) { events = append(events, e) })
+		caughtUp(t, n, events, want, own+params.Progress(n.cfg.CatchUp), 0)
+	})
+	t.Run("another peer heard of", func(t *testing.T) {
+		n := trustNode(t, nil)
+		n.avg.judgedCatchUp = false
+		n.avg.heard = func() []gossip.PeerInfo { return heard(map[peer.ID]float64{"other": 100_000}) }
+		rng := rand.New(rand.NewPCG(17, 18))
+		var events []Event
+		m := boast(n, rng)
+		want := params.Snapshot{Params: slices.Clone(m.Params)}
+		n.avg.merge("boaster", m, true, func(e Event) { events = append(events, e) })
+		caughtUp(t, n, events, want, 100_000, 1)
+	})
+	t.Run("two other peers heard of", func(t *testing.T) {
+		n := trustNode(t, nil)
+		n.avg.judgedCatchUp = false
+		n.avg.heard = func() []gossip.PeerInfo {
+			return heard(map[peer.ID]float64{"boaster": 1e12, "a": 100_000, "b": 90_000})
+		}
+		rng := rand.New(rand.NewPCG(19, 20))
+		n.avg.merge("boaster", boast(n, rng), true, discard)
+		if n.avg.catchups.Load() != 0 || n.Merges() != 1 || n.avg.judgedCatchUp {
+			t.Fatalf("a model claiming 1e12, two honest peers heard of: catch-ups %d, merges %d, judged %v; want it merged",
+				n.avg.catchups.Load(), n.Merges(), n.avg.judgedCatchUp)
+		}
+	})
 }

@@ -12,7 +12,8 @@ import (
 // a starting node takes whole a model an exchange brings it that it would
 // pull, unless the node it would pull instead (the second most advanced
 // live node) is that far ahead of that model too; the judgement ends its
-// start. The progress credited is the claim up to another node's.
+// start. A claim ahead of that node's is merged, not taken; the progress
+// credited is the claim up to another node's.
 func TestSimStartingNodeTakesAModelAheadWhole(t *testing.T) {
 	c := small()
 	c.Nodes = 4
@@ -43,21 +44,30 @@ func TestSimStartingNodeTakesAModelAheadWhole(t *testing.T) {
 	}
 	s.release(&sn)
 
-	// A claim above every other node's is credited as far as the highest
-	// of the others', or as a merge would (the catch-up threshold above
-	// ours), whichever is higher.
-	for _, tt := range []struct{ other, want params.Progress }{{70000, 70000}, {300, 100 + 60000}} {
-		sn = setup(tt.other, 200)
-		sn.s.Progress = 1e9
-		from.progress = 1e9 // its claim does not corroborate itself
-		want = slices.Clone(sn.s.Params)
-		s.merge(r, from, &sn)
-		if !r.judgedCatchUp || r.progress != tt.want || !slices.Equal(r.w, want) {
-			t.Fatalf("a model claiming 1e9, another node at %v: judged %v, progress %v; want it taken whole at %v",
-				tt.other, r.judgedCatchUp, r.progress, tt.want)
-		}
-		s.release(&sn)
+	// A claim a little above every other node's is taken, credited as far
+	// as the highest of the others' (the sender's own announcement does
+	// not corroborate it).
+	sn = setup(70000, 200)
+	sn.s.Progress, from.progress = 75000, 75000
+	want = slices.Clone(sn.s.Params)
+	s.merge(r, from, &sn)
+	if !r.judgedCatchUp || r.progress != 70000 || !slices.Equal(r.w, want) {
+		t.Fatalf("a model claiming 75000, another node at 70000: judged %v, progress %v; want it taken whole at 70000",
+			r.judgedCatchUp, r.progress)
 	}
+	s.release(&sn)
+
+	// A claim far above every other node's is merged (its claim clamped),
+	// not taken: nobody corroborates it.
+	sn = setup(70000, 200)
+	sn.s.Progress, from.progress = 1e9, 1e9
+	before, merges := s.res.CatchUps, s.res.Merges
+	s.merge(r, from, &sn)
+	if s.res.CatchUps != before || r.judgedCatchUp || s.res.Merges != merges+1 {
+		t.Fatalf("a model claiming 1e9, the others at most 70000: catch-ups %d -> %d, merges %d -> %d, judged %v; want it merged",
+			before, s.res.CatchUps, merges, s.res.Merges, r.judgedCatchUp)
+	}
+	s.release(&sn)
 
 	// One live node far ahead of the model, the rest not: nobody
 	// corroborates its claim, so the model is taken.
@@ -69,7 +79,7 @@ func TestSimStartingNodeTakesAModelAheadWhole(t *testing.T) {
 	s.release(&sn)
 
 	sn = setup(5000, 6000) // two live nodes far ahead of the model: pull one of them
-	before, merges := s.res.CatchUps, s.res.Merges
+	before, merges = s.res.CatchUps, s.res.Merges
 	s.merge(r, from, &sn)
 	if s.res.CatchUps != before || r.judgedCatchUp || s.res.Merges != merges+1 {
 		t.Fatalf("a model far behind two other live nodes: catch-ups %d -> %d, merges %d -> %d, judged %v; want it merged",

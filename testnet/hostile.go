@@ -95,8 +95,11 @@ type AttackRun struct {
 	// HonestCatchUps counts the catch-ups of the honest nodes (models
 	// they took whole), and HonestClaimsCut those credited less than
 	// their model claimed, from each one's /v1/status at the end.
-	HonestCatchUps  int64 `json:"honest_catch_ups"`
-	HonestClaimsCut int64 `json:"honest_claims_cut"`
+	// HonestCatchUpsFromAttackers counts those whose catchup event names
+	// an attacker as the peer whose model was taken.
+	HonestCatchUps              int64 `json:"honest_catch_ups"`
+	HonestClaimsCut             int64 `json:"honest_claims_cut"`
+	HonestCatchUpsFromAttackers int   `json:"honest_catch_ups_from_attackers"`
 	// SetupS is the harness's time to start the swarm.
 	SetupS float64 `json:"setup_s"`
 	// Error is why the swarm could not be measured.
@@ -224,7 +227,7 @@ func WriteHostileReport(w io.Writer, r *HostileResult) {
 	if r.Command != "" {
 		fmt.Fprintf(w, "Command: `%s`\n\n", r.Command)
 	}
-	fmt.Fprintf(w, "| attack | strength | honest accuracy (mean / min) | vs all honest | attacker banned | time to ban (median / max) | verdicts at ban (median) | honest nodes banned | honest catch-ups (claims cut) |\n")
+	fmt.Fprintf(w, "| attack | strength | honest accuracy (mean / min) | vs all honest | attacker banned | time to ban (median / max) | verdicts at ban (median) | honest nodes banned | honest catch-ups (from an attacker; claims cut) |\n")
 	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|\n")
 	runs := r.Runs
 	if r.Baseline != nil {
@@ -256,8 +259,9 @@ func WriteHostileReport(w io.Writer, r *HostileResult) {
 		if len(run.HonestBans) > 0 {
 			hb = "**" + hb + "**"
 		}
-		fmt.Fprintf(w, "| %s | %s | %.2f%% / %.2f%% | %s | %s | %s | %s | %s | %d (%d) |\n", name, strength,
-			100*run.HonestAccuracyMean, 100*run.HonestAccuracyMin, delta, banned, at, ex, hb, run.HonestCatchUps, run.HonestClaimsCut)
+		fmt.Fprintf(w, "| %s | %s | %.2f%% / %.2f%% | %s | %s | %s | %s | %s | %d (%d; %d) |\n", name, strength,
+			100*run.HonestAccuracyMean, 100*run.HonestAccuracyMin, delta, banned, at, ex, hb, run.HonestCatchUps,
+			run.HonestCatchUpsFromAttackers, run.HonestClaimsCut)
 	}
 	fmt.Fprintf(w, "\n## Every honest node's view of every attacker\n\n")
 	fmt.Fprintf(w, "| attack | honest node | attacker | state at the end | score | banned at | verdicts at ban | verdicts at the end |\n")

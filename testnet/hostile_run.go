@@ -538,10 +538,21 @@ loop:
 	tn.Stop(30 * time.Second)
 	stopped = true
 	track.outcome(run, honest)
+	attackerIDs := map[string]bool{}
+	for _, m := range tn.Members[honest:] {
+		attackerIDs[m.PeerID] = true
+	}
 	for i, m := range tn.Members {
 		m.mu.Lock()
 		final, _ := m.last["test_accuracy"].(float64)
 		isFinal := m.last["event"] == "final"
+		if i < honest {
+			for _, from := range m.caughtUpFrom {
+				if attackerIDs[from] {
+					run.HonestCatchUpsFromAttackers++
+				}
+			}
+		}
 		m.mu.Unlock()
 		mean, k := m.accuracySince(t0.Add(c.Duration - min(c.AccuracyWindow, c.Duration)))
 		switch {

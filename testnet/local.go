@@ -184,6 +184,9 @@ type Member struct {
 	reached time.Time       // when it first printed a test accuracy >= target
 	best    float64         // the best test accuracy it printed
 	accs    []timedAccuracy // the test accuracies it printed last, oldest first
+	// caughtUpFrom: the peers whose models its catchup events say it took
+	// whole (at most maxCaughtUpFrom, the first ones).
+	caughtUpFrom []string
 }
 
 // exited reports whether the member's process has exited.
@@ -535,6 +538,13 @@ func (m *Member) follow(r io.Reader, listening chan<- event) {
 			m.first.step = int64(field(raw, "step"))
 			m.first.clock = field(raw, "run_samples")
 		}
+		if msg, _ := raw["message"].(string); kind == "catchup" && len(m.caughtUpFrom) < maxCaughtUpFrom {
+			if rest, ok := strings.CutPrefix(msg, "took the model of "); ok {
+				if from, _, ok := strings.Cut(rest, ","); ok {
+					m.caughtUpFrom = append(m.caughtUpFrom, from)
+				}
+			}
+		}
 		if hasAcc {
 			if len(m.accs) >= maxTimedAccuracies {
 				m.accs = append(m.accs[:0], m.accs[len(m.accs)/2:]...)
@@ -554,6 +564,9 @@ func (m *Member) follow(r io.Reader, listening chan<- event) {
 		m.mu.Unlock()
 	}
 }
+
+// maxCaughtUpFrom bounds a member's record of the peers it caught up from.
+const maxCaughtUpFrom = 1 << 12
 
 // maxTimedAccuracies bounds a member's record of its test accuracies (a
 // minute of a softmax node evaluating at each end of a pass over a fifth
