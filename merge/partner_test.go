@@ -322,4 +322,10 @@ func TestChoosePartnerSourceAmongHeard(t *testing.T) {
 	if c := ChoosePartner([]Candidate{{"b", 8000}, {"c", 1200}}, heard, 1000, "", 1000, false, noDraw(t)); c != (Choice{Peer: "b", CatchUp: true}) {
 		t.Errorf("the source reached: got %+v, want a pull of b", c)
 	}
+	// The source not reached: the most advanced peer reached that claims
+	// no more stands in for it, if it is far enough ahead too.
+	heard = []Candidate{{"a", 9000}, {"b", 8000}, {"c", 7000}, {"d", 6500}, {"e", 1200}}
+	if c := ChoosePartner([]Candidate{{"a", 9000}, {"d", 6500}, {"c", 7000}, {"e", 1200}}, heard, 1000, "", 1000, false, noDraw(t)); c != (Choice{Peer: "c", CatchUp: true}) {
+		t.Errorf("the source not reached: got %+v, want a pull of c", c)
+	}
 }
