@@ -11,28 +11,27 @@ import (
 	"github.com/meshtrain/meshtrain/store"
 )
 
-// TestFinalCheckpointStaysTheNewest: a periodic checkpoint offered just
-// before the run ends, and still queued behind a write in flight when the
-// final one is saved, is never written after the final one. Before, it
-// was, and a node that had finished its run resumed from that older,
-// unfinished checkpoint (seen once in a run of the node's tests:
-// TestLastCheckpointIsTheCommittedOne found the store's newest
-// checkpoint 12 ms younger than the final event's).
-func TestFinalCheckpointStaysTheNewest(t *testing.T) {
+// stepState is a checkpoint state at step.
+func stepState(step int64) checkpointState {
+	return checkpointState{TrainerState: TrainerState{Params: []float32{float32(step)}, Step: step}}
+}
+
+// finalBehindQueued opens a store (wrapped by wrap), and saves the final
+// checkpoint at step 3 while the writer holds step 1, waiting for the
+// lock, and step 2 is queued behind it; only the final save can take step
+// 2 off the queue. It returns the store, the checkpointer and the final
+// save's error.
+func finalBehindQueued(t *testing.T, wrap func(store.Store) store.Store) (store.Store, *checkpointer, error) {
+	t.Helper()
 	st, err := store.Open(t.TempDir(), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	meta := map[string]string{MetaFingerprint: strings.Repeat("ab", 32)}
-	c := newCheckpointer(st, meta, slog.New(slog.DiscardHandler), func(Event) {}, nil)
-	state := func(step int64) checkpointState {
-		return checkpointState{TrainerState: TrainerState{Params: []float32{float32(step)}, Step: step}}
-	}
-	// A write in flight: the writer takes step 1 and waits for the lock
-	// while step 2 is queued behind it.
+	c := newCheckpointer(wrap(st), meta, slog.New(slog.DiscardHandler), func(Event) {}, nil)
 	c.mu.Lock()
-	c.offer(state(1))
+	c.offer(stepState(1))
 	deadline := time.Now().Add(time.Minute)
 	for len(c.pending) > 0 {
 		if time.Now().After(deadline) {
@@ -41,27 +40,37 @@ func TestFinalCheckpointStaysTheNewest(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	c.offer(state(2))
+	c.offer(stepState(2))
 	done := make(chan error, 1)
-	go func() { done <- c.saveNow(context.Background(), state(3), true) }()
-	// Only the final save can take step 2 off the queue while the writer
-	// waits for the lock.
+	go func() { done <- c.saveNow(context.Background(), stepState(3), true) }()
 	for len(c.pending) > 0 {
 		if time.Now().After(deadline) {
 			c.mu.Unlock()
-			t.Fatal("the final save left the queued checkpoint at step 2 to be written after it")
+			t.Fatal("the final save left the queued checkpoint at step 2 in the queue")
 		}
 		time.Sleep(time.Millisecond)
 	}
 	c.mu.Unlock()
-	if err := <-done; err != nil {
+	return st, c, <-done
+}
+
+// TestFinalCheckpointStaysTheNewest: a periodic checkpoint offered just
+// before the run ends, and still queued behind a write in flight when the
+// final one is saved, is never written after the final one. Before, it
+// was, and a node that had finished its run resumed from that older,
+// unfinished checkpoint (seen once in a run of the node's tests:
+// TestLastCheckpointIsTheCommittedOne found the store's newest
+// checkpoint 12 ms younger than the final event's).
+func TestFinalCheckpointStaysTheNewest(t *testing.T) {
+	st, c, err := finalBehindQueued(t, func(st store.Store) store.Store { return st })
+	if err != nil {
 		t.Fatal(err)
 	}
 	c.close()
 	// Which of the writer's step 1 and the final save got the lock first
 	// is up to the scheduler: a write of a state older than the newest
 	// written must be skipped either way.
-	if err := c.save(context.Background(), state(1), false, 1); err != nil {
+	if err := c.save(context.Background(), stepState(1), false, 1); err != nil {
 		t.Fatal(err)
 	}
 	infos, err := st.List()
@@ -93,40 +102,8 @@ func (f failFinal) Save(ctx context.Context, c *store.Checkpoint) (store.Info, e
 // written; when that write fails, the queued one is written on close, so
 // the store still gets the newest state it can.
 func TestFailedFinalCheckpointKeepsTheQueuedOne(t *testing.T) {
-	st, err := store.Open(t.TempDir(), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	meta := map[string]string{MetaFingerprint: strings.Repeat("ab", 32)}
-	c := newCheckpointer(failFinal{st}, meta, slog.New(slog.DiscardHandler), func(Event) {}, nil)
-	state := func(step int64) checkpointState {
-		return checkpointState{TrainerState: TrainerState{Params: []float32{float32(step)}, Step: step}}
-	}
-	// Hold the lock so the writer cannot take step 2 before the final
-	// save does: the writer takes step 1 and waits, step 2 stays queued.
-	c.mu.Lock()
-	c.offer(state(1))
-	deadline := time.Now().Add(time.Minute)
-	for len(c.pending) > 0 {
-		if time.Now().After(deadline) {
-			c.mu.Unlock()
-			t.Fatal("the writer never took the first checkpoint")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	c.offer(state(2))
-	done := make(chan error, 1)
-	go func() { done <- c.saveNow(context.Background(), state(3), true) }()
-	for len(c.pending) > 0 {
-		if time.Now().After(deadline) {
-			c.mu.Unlock()
-			t.Fatal("the final save never took the queued checkpoint")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	c.mu.Unlock()
-	if err := <-done; err == nil {
+	st, c, err := finalBehindQueued(t, func(st store.Store) store.Store { return failFinal{st} })
+	if err == nil {
 		t.Fatal("the final save into a failing store returned no error")
 	}
 	c.close()
