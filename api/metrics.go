@@ -37,7 +37,7 @@ func newCollector(src Source, log *slog.Logger) *collector {
 		samples:           d("samples_total", "Training samples processed by local steps."),
 		merges:            d("merges_total", "Merges of a peer's model into this one, both directions."),
 		catchUps:          d("catch_ups_total", "Times this node replaced its model with a far-ahead peer's."),
-		claimsCut:         d("catch_up_claims_cut_total", "Catch-ups whose model claimed more than --catch-up above any other peer's claim: credited less."),
+		claimsCut:         d("catch_up_claims_cut_total", "Catch-ups whose model was credited more than --catch-up less progress than it claimed."),
 		exchFailed:        d("exchanges_failed_total", "Exchanges this node started that failed."),
 		exchStarted:       d("exchanges_started_total", "Exchanges and pulls this node started."),
 		failedShare:       d("exchange_failed_share", "Share of the latest 100 exchanges this node started that failed, in [0,1]."),

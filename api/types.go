@@ -35,8 +35,8 @@ type StatusResponse struct {
 	PeerMerges map[string]int64 `json:"peer_merges"`
 	LastMerge  *MergeInfo       `json:"last_merge,omitempty"`
 	CatchUps   int64            `json:"catch_ups"`
-	// CatchUpClaimsCut: catch-ups whose model claimed more than --catch-up
-	// above any other peer's claim, credited less.
+	// CatchUpClaimsCut: catch-ups whose model was credited more than
+	// --catch-up less progress than it claimed.
 	CatchUpClaimsCut int64 `json:"catch_up_claims_cut"`
 	// ExchangesStarted counts the exchanges and pulls this node started;
 	// ExchangeFailedShare is the share of the latest 100 that failed.

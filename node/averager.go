@@ -158,7 +158,7 @@ func (a *averager) run(ctx context.Context, send func(Event)) {
 // returns the partner.
 func (a *averager) round(ctx context.Context, rng *rand.Rand, last peer.ID, send func(Event)) peer.ID {
 	n := a.n
-	partners := n.partners()
+	partners := a.partners()
 	heard := make([]merge.Candidate, len(partners))
 	for i, q := range partners {
 		heard[i] = merge.Candidate{Peer: q.Peer.String(), Progress: q.Progress}

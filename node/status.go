@@ -37,10 +37,10 @@ type Status struct {
 	PeerMerges map[string]int64 `json:"peer_merges"`
 	LastMerge  *MergeInfo       `json:"last_merge,omitempty"`
 	CatchUps   int64            `json:"catch_ups"`
-	// CatchUpClaimsCut counts the catch-ups whose model claimed more than
-	// the catch-up threshold above the highest claim of the other peers we
-	// heard of (merge.ClaimCut; none counted when we heard of no other):
-	// the model was taken, its progress credited only up to that claim.
+	// CatchUpClaimsCut counts the catch-ups whose model was credited more
+	// than the catch-up threshold less progress than it claimed
+	// (merge.Credit, merge.ClaimCut; none counted when we heard of no
+	// other peer): the model was taken, its claim not.
 	CatchUpClaimsCut int64 `json:"catch_up_claims_cut"`
 	// ExchangesStarted counts the exchanges and pulls this node started,
 	// ExchangesFailed those that failed; ExchangeFailedShare is the share

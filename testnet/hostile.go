@@ -93,10 +93,10 @@ type AttackRun struct {
 	// other: it must stay empty.
 	HonestBans []Pair `json:"honest_bans"`
 	// HonestCatchUps counts the catch-ups of the honest nodes (models
-	// they took whole), and HonestClaimsCut those credited less than
-	// their model claimed, from each one's /v1/status at the end.
-	// HonestCatchUpsFromAttackers counts those whose catchup event names
-	// an attacker as the peer whose model was taken.
+	// they took whole: their catchup events), HonestCatchUpsFromAttackers
+	// those whose event names an attacker as the peer whose model was
+	// taken, and HonestClaimsCut those credited less than their model
+	// claimed (catch_up_claims_cut of each one's /v1/status at the end).
 	HonestCatchUps              int64 `json:"honest_catch_ups"`
 	HonestClaimsCut             int64 `json:"honest_claims_cut"`
 	HonestCatchUpsFromAttackers int   `json:"honest_catch_ups_from_attackers"`

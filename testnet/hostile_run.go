@@ -523,7 +523,6 @@ loop:
 		if st, err := cl.Status(rctx); err == nil {
 			status[i] = st.TestAccuracy
 			if i < honest {
-				run.HonestCatchUps += st.CatchUps
 				run.HonestClaimsCut += st.CatchUpClaimsCut
 			}
 		}
@@ -547,6 +546,7 @@ loop:
 		final, _ := m.last["test_accuracy"].(float64)
 		isFinal := m.last["event"] == "final"
 		if i < honest {
+			run.HonestCatchUps += int64(len(m.caughtUpFrom))
 			for _, from := range m.caughtUpFrom {
 				if attackerIDs[from] {
 					run.HonestCatchUpsFromAttackers++
