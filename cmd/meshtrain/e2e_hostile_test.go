@@ -33,7 +33,9 @@ const (
 
 // TestE2EHostileSwarm: for nan, wrongdim, signflip and scale, every honest
 // node bans the attacker (nan, wrongdim), or ignores it or merges its models
-// only clipped (signflip, scale), no honest node ever bans another, and the honest
+// only clipped (signflip, scale); a boaster (honest models, 1000x the
+// progress claimed) never has its model taken whole by an honest node;
+// no honest node ever bans another, and the honest
 // nodes end within 1 percentage point of the same nodes' accuracy in the
 // all-honest swarm. Softmax regression: it reaches its plateau within the
 // 24 s runs, so the comparison is of settled models, not of noise along a
@@ -48,7 +50,7 @@ func TestE2EHostileSwarm(t *testing.T) {
 	out := t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
-	attacks := []string{"nan", "wrongdim", "signflip", "scale"}
+	attacks := []string{"nan", "wrongdim", "signflip", "scale", "boast"}
 	cmd := exec.CommandContext(ctx, hooksBinary, "testnet", "attack", "--attacks", strings.Join(attacks, ","),
 		"--nodes", "5", "--attackers", "1", "--duration", "24s", "--model", "softmax", "--settle", "2s", "--out", out)
 	var log strings.Builder
@@ -91,7 +93,19 @@ func TestE2EHostileSwarm(t *testing.T) {
 		// the clipping radius warms up (8 merges), clipped or refused
 		// after that; the accuracy check below shows what it cost.
 		mustBan := run.Attack == "nan" || run.Attack == "wrongdim"
+		if run.Attack == "boast" {
+			// Its models are honest and merged as any peer's; its claim
+			// must not make a node pull it, nor take its model whole.
+			t.Logf("boast: honest catch-ups %d, of the boaster's model %d, claims cut %d",
+				run.HonestCatchUps, run.HonestCatchUpsFromAttackers, run.HonestClaimsCut)
+			if run.HonestCatchUpsFromAttackers != 0 {
+				t.Errorf("boast: honest nodes took the boaster's model whole %d times", run.HonestCatchUpsFromAttackers)
+			}
+		}
 		for _, p := range run.Pairs {
+			if run.Attack == "boast" {
+				break // a boaster sends honest models: neither banned nor bounded
+			}
 			neutralized := p.BannedAtS != nil || p.State == "ignored" || p.State == "disconnected" || p.State == "banned"
 			bounded := p.Verdicts["accepted"] <= 8
 			if (mustBan && p.BannedAtS == nil) || !(neutralized || bounded) {
