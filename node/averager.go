@@ -45,8 +45,8 @@ type averager struct {
 	// which ends the starting node's relative catch-up
 	// (merge.ChoosePartner, takeWhole). Owned by run.
 	judgedCatchUp bool
-	// heard replaces the peers heard of (Node.partners) for claims and
-	// takeWhole when set: tests set it on an offline node.
+	// heard replaces the peers heard of (Node.partners) for round, claims
+	// and takeWhole when set: tests set it on an offline node.
 	heard func() []gossip.PeerInfo
 
 	merges, catchups, claimsCut, timeouts, failed, dropped atomic.Int64
@@ -294,7 +294,7 @@ func (a *averager) adopt(from peer.ID, remote params.Snapshot, how string, send 
 	}
 	cut = cut && len(others) > 0
 	if cut {
-		n.log.Warn("catch-up: the model's claimed progress is more than any other peer's: credited less",
+		n.log.Warn("catch-up: the model claims far more progress than any other peer: credited less",
 			"peer", from, "claimed", float64(remote.Progress), "credited", float64(credited))
 	}
 	send(Event{Event: "catchup", Step: s.Steps, Progress: float64(s.Progress),
